@@ -1,0 +1,57 @@
+# GPU platform: setup, synth, test, bench, diagram.
+# `make synth` and `make test` install what they need (venv, pip, npm ci) when it is missing.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ENV ?= dev
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTEST_ARGS ?=
+MYPY_PATHS := app.py $(wildcard constructs/gpu_constructs stacks gpuctl benchmarks containers/training/gpu_train containers/inference/gpu_serve)
+
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help setup synth test lint snapshot-update bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+# The venv is (re)built when a requirements file changes.
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml constructs/pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements-dev.txt
+	$(PIP) install --quiet --no-deps --no-build-isolation -e . -e ./constructs
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed ## install Python and Node dependencies
+
+synth: setup ## synthesize every stack of ENV (default dev) into cdk.out with the cdk-nag packs on
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth --quiet -c env=$(ENV) --output cdk.out
+	$(PY) -m stacks.summary cdk.out
+
+lint: setup ## ruff lint + format check, mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy $(MYPY_PATHS)
+
+test: lint ## lint, type-check and run the whole test suite
+	$(PY) -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
+
+snapshot-update: setup ## regenerate template snapshots (review the diff before committing)
+	$(PY) -m pytest tests/snapshots --snapshot-update -q
+
+bench: setup ## run the benchmarks and rewrite docs/benchmarks.md
+	$(PY) -m benchmarks.synth_and_test
+
+clean: ## remove build outputs
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

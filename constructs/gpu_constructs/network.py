@@ -1,0 +1,323 @@
+"""``GpuNetwork``: a private VPC for GPU training, endpoints and fleets, with no internet path by default.
+
+It creates (or adopts) a VPC whose workloads reach AWS only through VPC endpoints: an S3 gateway endpoint
+plus the interface endpoints that SageMaker, ECR, CloudWatch, STS, KMS and SSM traffic needs. Flow logs
+go to a KMS-encrypted log group. Security groups for the three workload kinds are exposed for later
+stacks, and every interface endpoint admits HTTPS only from those groups (through ``connections``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+
+from constructs import Construct
+from gpu_constructs import nag
+from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+
+#: Interface endpoints a private GPU workload needs (short name -> ``InterfaceVpcEndpointAwsService`` attr).
+DEFAULT_INTERFACE_ENDPOINTS: dict[str, str] = {
+    "sagemaker_api": "SAGEMAKER_API",
+    "sagemaker_runtime": "SAGEMAKER_RUNTIME",
+    "ecr_api": "ECR",
+    "ecr_dkr": "ECR_DOCKER",
+    "logs": "CLOUDWATCH_LOGS",
+    "monitoring": "CLOUDWATCH_MONITORING",
+    "sts": "STS",
+    "kms": "KMS",
+    "ssm": "SSM",
+    "ssm_messages": "SSM_MESSAGES",
+    "ec2_messages": "EC2_MESSAGES",
+}
+
+#: Subnet group names. Each is private; training jobs, endpoints and fleets get their own ranges so
+#: their flow logs, NACLs and IP capacity stay separate.
+TRAINING_SUBNETS = "Training"
+ENDPOINT_SUBNETS = "Endpoints"
+FLEET_SUBNETS = "Fleets"
+
+
+INTRA_GROUP_REASON = (
+    "Safe because the only source is this security group itself, not a CIDR: multi-node training (NCCL "
+    "over TCP and EFA) needs all traffic between the group's members, as SageMaker and EFA require"
+)
+NAT_ROUTE_REASON = (
+    "Safe because this default route is in a public subnet that holds only a NAT gateway: nothing else "
+    "launches there and public IPs are off; workloads run in private subnets behind the NAT"
+)
+FLOW_LOG_POLICY_REASON = (
+    "Safe because this inline policy is created by CDK for exactly one role (the flow-log delivery role), "
+    "is deleted with it and cannot be attached elsewhere; it only allows writing to one log group"
+)
+
+
+#: checkov findings on aws-cdk-lib's custom-resource Lambda that removes the default security group rules.
+DEFAULT_SG_PROVIDER_SKIPS: dict[str, str] = {
+    "CKV_AWS_116": "Safe because the function runs only during CloudFormation deployments, which retry and "
+    "report failures themselves; there are no asynchronous events to dead-letter",
+    "CKV_AWS_117": "Safe because the function only calls the EC2 API at deploy time and holds no data; placing "
+    "it in the isolated VPC it configures would make it depend on the endpoints it creates",
+    "CKV_AWS_115": "Safe because CloudFormation invokes it once per VPC change; it cannot be triggered by "
+    "anything else, so a reserved concurrency limit protects nothing",
+}
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+class GpuNetwork(Construct):
+    """A private VPC for GPU workloads.
+
+    :param availability_zones: AZs for the new VPC (from config; nothing is looked up). Required unless
+        ``vpc`` is given.
+    :param vpc: an existing VPC to adopt instead of creating one (default: a new VPC). Endpoints and
+        security groups are still created in it; flow logs are added only to a new VPC.
+    :param cidr: IPv4 CIDR of a new VPC (default: ``10.0.0.0/16``).
+    :param subnet_cidr_mask: prefix length of each subnet (default: 20, 4,091 usable IPs per subnet).
+    :param nat_gateways: NAT gateways (default: 0 — private subnets are isolated, no internet path).
+    :param interface_endpoints: short names from :data:`DEFAULT_INTERFACE_ENDPOINTS` to create
+        (default: all of them).
+    :param flow_logs_key: KMS key of the flow-log group (default: a new key with rotation).
+    :param flow_logs_retention: retention of the flow-log group (default: 90 days).
+    :param removal_policy: policy of the log group and key (default: RETAIN).
+    :param s3_gateway_endpoint: add an S3 gateway endpoint (default: True; set False when an adopted VPC
+        already has one).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        availability_zones: Sequence[str] | None = None,
+        vpc: ec2.IVpc | None = None,
+        cidr: str = "10.0.0.0/16",
+        subnet_cidr_mask: int = 20,
+        nat_gateways: int = 0,
+        interface_endpoints: Sequence[str] | None = None,
+        flow_logs_key: kms.IKey | None = None,
+        flow_logs_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        s3_gateway_endpoint: bool = True,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        endpoint_names = list(DEFAULT_INTERFACE_ENDPOINTS if interface_endpoints is None else interface_endpoints)
+        self._validate_endpoints(endpoint_names)
+        self._validate_nat(nat_gateways, availability_zones)
+        self._validate_mask(subnet_cidr_mask)
+
+        self.flow_logs_key: kms.IKey | None = None
+        self.flow_log_group: logs.ILogGroup | None = None
+        if vpc is None:
+            if not availability_zones:
+                raise ValidationError(
+                    path_of(self),
+                    "availability_zones is required when no existing vpc is given; allowed: e.g. "
+                    "['us-east-1a', 'us-east-1b']",
+                )
+            subnets = [
+                ec2.SubnetConfiguration(
+                    name=name,
+                    subnet_type=(
+                        ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
+                    ),
+                    cidr_mask=subnet_cidr_mask,
+                )
+                for name in (TRAINING_SUBNETS, ENDPOINT_SUBNETS, FLEET_SUBNETS)
+            ]
+            if nat_gateways:
+                subnets.insert(
+                    0,
+                    ec2.SubnetConfiguration(
+                        name="Public",
+                        subnet_type=ec2.SubnetType.PUBLIC,
+                        cidr_mask=subnet_cidr_mask,
+                        map_public_ip_on_launch=False,
+                    ),
+                )
+            new_vpc = ec2.Vpc(
+                self,
+                "Vpc",
+                ip_addresses=ec2.IpAddresses.cidr(cidr),
+                availability_zones=list(availability_zones),
+                nat_gateways=nat_gateways,
+                subnet_configuration=subnets,
+                enable_dns_hostnames=True,
+                enable_dns_support=True,
+                restrict_default_security_group=True,
+            )
+            for subnet in new_vpc.public_subnets:
+                route = subnet.node.try_find_child("DefaultRoute")
+                if route is not None:
+                    nag.acknowledge_compliance(route, "VPCNoUnrestrictedRouteToIGW", NAT_ROUTE_REASON)
+            self._skip_default_sg_provider_checks()
+            self._add_flow_logs(new_vpc, flow_logs_key, flow_logs_retention, removal_policy)
+            vpc = new_vpc
+        self.vpc: ec2.IVpc = vpc
+
+        self.s3_endpoint: ec2.GatewayVpcEndpoint | None = None
+        if s3_gateway_endpoint:
+            self.s3_endpoint = vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
+
+        # Workload security groups. Egress is HTTPS only (AWS APIs via endpoints / S3 gateway) plus all
+        # traffic within the group for collective communication (NCCL / EFA between training hosts).
+        self.training_security_group = self._workload_sg(
+            "TrainingSecurityGroup", "SageMaker training jobs and processing jobs", intra_group=True
+        )
+        self.endpoint_security_group = self._workload_sg(
+            "EndpointSecurityGroup", "SageMaker inference endpoints", intra_group=False
+        )
+        self.fleet_security_group = self._workload_sg(
+            "FleetSecurityGroup", "EC2 GPU fleets and notebooks", intra_group=True
+        )
+
+        self.endpoint_security_group_for_vpce = ec2.SecurityGroup(
+            self,
+            "VpcEndpointSecurityGroup",
+            vpc=vpc,
+            description="Interface VPC endpoints: HTTPS from the platform workload security groups",
+            allow_all_outbound=False,
+        )
+        self.interface_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
+        for name in endpoint_names:
+            service = getattr(ec2.InterfaceVpcEndpointAwsService, DEFAULT_INTERFACE_ENDPOINTS[name])
+            endpoint = vpc.add_interface_endpoint(
+                f"{_pascal(name)}Endpoint",
+                service=service,
+                private_dns_enabled=True,
+                open=False,
+                security_groups=[self.endpoint_security_group_for_vpce],
+                subnets=self._endpoint_subnets(vpc),
+            )
+            self.interface_endpoints[name] = endpoint
+        for sg in self.workload_security_groups:
+            self.endpoint_security_group_for_vpce.connections.allow_from(
+                sg, ec2.Port.tcp(443), f"HTTPS to AWS APIs from {sg.node.id}"
+            )
+
+    # -- validation -------------------------------------------------------------------------------------
+
+    def _validate_endpoints(self, names: list[str]) -> None:
+        unknown = [n for n in names if n not in DEFAULT_INTERFACE_ENDPOINTS]
+        if unknown:
+            raise fail(self, "interface_endpoints", unknown, ", ".join(DEFAULT_INTERFACE_ENDPOINTS))
+
+    def _validate_nat(self, nat_gateways: int, azs: Sequence[str] | None) -> None:
+        if is_token(nat_gateways):
+            return
+        upper = len(azs) if azs else 0
+        if nat_gateways < 0 or (azs and nat_gateways > upper):
+            raise fail(self, "nat_gateways", nat_gateways, f"0..{upper} (at most one per AZ)")
+
+    def _validate_mask(self, mask: int) -> None:
+        if not 16 <= mask <= 28:
+            raise fail(self, "subnet_cidr_mask", mask, "16..28")
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _workload_sg(self, construct_id: str, description: str, *, intra_group: bool) -> ec2.SecurityGroup:
+        sg = ec2.SecurityGroup(self, construct_id, vpc=self.vpc, description=description, allow_all_outbound=False)
+        sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs (VPC endpoints, S3)")
+        if intra_group:
+            sg.connections.allow_internally(
+                ec2.Port.all_traffic(), "NCCL and EFA traffic between members of this group"
+            )
+            ingress = sg.node.try_find_child(f"from {Names.unique_id(sg)}:ALL TRAFFIC")
+            if ingress is not None:
+                nag.acknowledge_compliance(ingress, "EC2RestrictedCommonPorts", INTRA_GROUP_REASON)
+        return sg
+
+    @property
+    def workload_security_groups(self) -> list[ec2.SecurityGroup]:
+        return [self.training_security_group, self.endpoint_security_group, self.fleet_security_group]
+
+    @staticmethod
+    def _endpoint_subnets(vpc: ec2.IVpc) -> ec2.SubnetSelection:
+        names = {s.node.id for s in vpc.private_subnets + vpc.isolated_subnets}
+        if any(n.startswith(ENDPOINT_SUBNETS) for n in names):
+            return ec2.SubnetSelection(subnet_group_name=ENDPOINT_SUBNETS)
+        return (
+            ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+            if vpc.isolated_subnets
+            else (ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
+        )
+
+    def _skip_default_sg_provider_checks(self) -> None:
+        """Document the checkov findings on the CDK-owned Lambda that closes the VPC's default SG."""
+        provider = Stack.of(self).node.try_find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
+        handler = provider.node.try_find_child("Handler") if provider is not None else None
+        if handler is None:
+            return
+        for check_id, comment in DEFAULT_SG_PROVIDER_SKIPS.items():
+            nag.checkov_skip(handler, check_id, comment)
+
+    def _add_flow_logs(
+        self,
+        vpc: ec2.Vpc,
+        key: kms.IKey | None,
+        retention: logs.RetentionDays,
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        if key is None:
+            new_key = kms.Key(
+                self,
+                "FlowLogsKey",
+                description=f"Encrypts VPC flow logs of {self.node.path}",
+                enable_key_rotation=True,
+                removal_policy=removal_policy,
+                pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
+            )
+            key = new_key
+        stack = Stack.of(self)
+        # CloudWatch Logs may use the key only for this account's log groups in this region.
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchLogsForThisAccount",
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+                actions=[
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
+                resources=["*"],
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:*"
+                        )
+                    }
+                },
+            )
+        )
+        group = logs.LogGroup(
+            self,
+            "FlowLogGroup",
+            encryption_key=key,
+            retention=retention,
+            removal_policy=removal_policy,
+        )
+        flow_log = vpc.add_flow_log(
+            "FlowLog",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        policy = flow_log.node.try_find_child("IAMRole")
+        default_policy = policy.node.try_find_child("DefaultPolicy") if policy is not None else None
+        if default_policy is not None:
+            nag.acknowledge_compliance(default_policy, "IAMNoInlinePolicy", FLOW_LOG_POLICY_REASON)
+        self.flow_logs_key = key
+        self.flow_log_group = group
+
+    def subnets(self, group: str) -> ec2.SubnetSelection:
+        """Subnet selection of one workload group (``TRAINING_SUBNETS``, ``ENDPOINT_SUBNETS``, ``FLEET_SUBNETS``)."""
+        if group not in (TRAINING_SUBNETS, ENDPOINT_SUBNETS, FLEET_SUBNETS):
+            raise fail(self, "group", group, f"{TRAINING_SUBNETS}, {ENDPOINT_SUBNETS}, {FLEET_SUBNETS}")
+        return ec2.SubnetSelection(subnet_group_name=group)

@@ -1,0 +1,262 @@
+"""Secure S3 storage for GPU training: datasets, model artifacts and access logs.
+
+``SecureBucket`` is an S3 bucket with the platform's defaults (KMS, TLS only, no public access,
+versioning, lifecycle, server access logging). ``PlatformStorage`` composes the data KMS key and the
+three buckets and offers narrow grants: read one dataset prefix, write artifacts under one prefix.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+
+from constructs import Construct
+from gpu_constructs import nag
+from gpu_constructs.errors import fail, require_range
+
+#: Prefixes of the artifacts bucket.
+OUTPUT_PREFIX = "output/"
+CHECKPOINTS_PREFIX = "checkpoints/"
+MODELS_PREFIX = "models/"
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
+
+
+def _normalize_prefix(scope: Construct, name: str, prefix: str) -> str:
+    """'' means the whole bucket; otherwise a key prefix without a leading slash, ending in '/'."""
+    if prefix.startswith("/") or ".." in prefix or not _PREFIX_RE.match(prefix):
+        raise fail(scope, name, prefix, "a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return prefix
+
+
+class SecureBucket(Construct):
+    """An S3 bucket with the platform's security defaults.
+
+    :param encryption_key: KMS key for SSE-KMS with bucket keys (required: every bucket is KMS-encrypted).
+    :param server_access_logs_bucket: bucket receiving server access logs (default: none — only the
+        access-log bucket itself has none, because a bucket must not log into itself).
+    :param server_access_logs_prefix: key prefix of this bucket's access logs (default: ``<id>/``).
+    :param versioned: keep object versions (default: True).
+    :param noncurrent_version_expiration: delete non-current versions after this (default: 30 days).
+    :param abort_incomplete_multipart_upload_after: abort unfinished uploads after this (default: 7 days).
+    :param lifecycle_rules: extra lifecycle rules (default: none).
+    :param removal_policy: what happens on removal from the stack (default: RETAIN).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        encryption_key: kms.IKey,
+        server_access_logs_bucket: s3.IBucket | None = None,
+        server_access_logs_prefix: str | None = None,
+        versioned: bool = True,
+        noncurrent_version_expiration: Duration = Duration.days(30),
+        abort_incomplete_multipart_upload_after: Duration = Duration.days(7),
+        lifecycle_rules: list[s3.LifecycleRule] | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        require_range(self, "noncurrent_version_expiration (days)", noncurrent_version_expiration.to_days(), minimum=1)
+        require_range(
+            self,
+            "abort_incomplete_multipart_upload_after (days)",
+            abort_incomplete_multipart_upload_after.to_days(),
+            minimum=1,
+        )
+        rules = [
+            s3.LifecycleRule(
+                id="AbortIncompleteMultipartUploads",
+                abort_incomplete_multipart_upload_after=abort_incomplete_multipart_upload_after,
+            )
+        ]
+        if versioned:
+            rules.append(
+                s3.LifecycleRule(
+                    id="ExpireNoncurrentVersions",
+                    noncurrent_version_expiration=noncurrent_version_expiration,
+                    expired_object_delete_marker=True,
+                )
+            )
+        rules.extend(lifecycle_rules or [])
+        self.bucket = s3.Bucket(
+            self,
+            "Resource",
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=encryption_key,
+            bucket_key_enabled=True,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            versioned=versioned,
+            lifecycle_rules=rules,
+            removal_policy=removal_policy,
+        )
+        if server_access_logs_bucket is not None:
+            self._log_to(server_access_logs_bucket, server_access_logs_prefix or f"{construct_id}/")
+        self.encryption_key = encryption_key
+        nag.acknowledge_compliance(self.bucket, "S3BucketReplicationEnabled", REPLICATION_REASON)
+
+    def _log_to(self, target: s3.IBucket, prefix: str) -> None:
+        """Server access logging through a bucket policy on the target (never ACLs), whatever the app's
+        feature flags: logging.s3.amazonaws.com may put objects under ``prefix`` for this bucket only."""
+        prefix = _normalize_prefix(self, "server_access_logs_prefix", prefix)
+        cfn = self.bucket.node.default_child
+        assert isinstance(cfn, s3.CfnBucket)
+        cfn.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+            destination_bucket_name=target.bucket_name, log_file_prefix=prefix
+        )
+        target.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"S3ServerAccessLogs{Names.unique_id(self)[-40:]}",
+                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                actions=["s3:PutObject"],
+                resources=[target.arn_for_objects(f"{prefix}*")],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": self.bucket.bucket_arn},
+                    "StringEquals": {"aws:SourceAccount": Stack.of(self).account},
+                },
+            )
+        )
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket.bucket_name
+
+    @property
+    def bucket_arn(self) -> str:
+        return self.bucket.bucket_arn
+
+
+class PlatformStorage(Construct):
+    """The data KMS key and the datasets, artifacts and access-log buckets.
+
+    :param key: KMS key for every bucket (default: a new key with yearly rotation). Later stacks use the
+        same key for FSx, EBS volumes and SageMaker volumes through :attr:`key`.
+    :param removal_policy: policy of buckets and key (default: RETAIN; use DESTROY only for disposable dev).
+    :param checkpoint_expiration: delete ``checkpoints/`` objects after this (default: 30 days).
+    :param noncurrent_version_expiration: default: 30 days.
+    :param abort_incomplete_multipart_upload_after: default: 7 days.
+    :param access_logs_expiration: delete access logs after this (default: 365 days).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        key: kms.IKey | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        checkpoint_expiration: Duration = Duration.days(30),
+        noncurrent_version_expiration: Duration = Duration.days(30),
+        abort_incomplete_multipart_upload_after: Duration = Duration.days(7),
+        access_logs_expiration: Duration = Duration.days(365),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        require_range(self, "checkpoint_expiration (days)", checkpoint_expiration.to_days(), minimum=1)
+        require_range(self, "access_logs_expiration (days)", access_logs_expiration.to_days(), minimum=1)
+        if key is None:
+            key = kms.Key(
+                self,
+                "DataKey",
+                description=f"Encrypts the GPU platform's data at rest ({self.node.path})",
+                enable_key_rotation=True,
+                removal_policy=removal_policy,
+                pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
+            )
+        self.key: kms.IKey = key
+        # S3 server access logging writes as logging.s3.amazonaws.com: it needs the key to write SSE-KMS
+        # objects into the access-log bucket, for this account's buckets only.
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowS3ServerAccessLogDelivery",
+                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                actions=["kms:GenerateDataKey*", "kms:Encrypt", "kms:Decrypt"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+            )
+        )
+        common = {
+            "encryption_key": key,
+            "removal_policy": removal_policy,
+            "noncurrent_version_expiration": noncurrent_version_expiration,
+            "abort_incomplete_multipart_upload_after": abort_incomplete_multipart_upload_after,
+        }
+        self.access_logs = SecureBucket(
+            self,
+            "AccessLogs",
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=access_logs_expiration)],
+            **common,  # type: ignore[arg-type]
+        )
+        nag.checkov_skip(self.access_logs.bucket, "CKV_AWS_18", ACCESS_LOGS_SELF_REASON)
+        self.datasets = SecureBucket(
+            self,
+            "Datasets",
+            server_access_logs_bucket=self.access_logs.bucket,
+            **common,  # type: ignore[arg-type]
+        )
+        self.artifacts = SecureBucket(
+            self,
+            "Artifacts",
+            server_access_logs_bucket=self.access_logs.bucket,
+            lifecycle_rules=[
+                s3.LifecycleRule(id="ExpireCheckpoints", prefix=CHECKPOINTS_PREFIX, expiration=checkpoint_expiration)
+            ],
+            **common,  # type: ignore[arg-type]
+        )
+
+    @property
+    def datasets_bucket(self) -> s3.IBucket:
+        return self.datasets.bucket
+
+    @property
+    def artifacts_bucket(self) -> s3.IBucket:
+        return self.artifacts.bucket
+
+    # -- grants -----------------------------------------------------------------------------------------
+
+    def grant_read_datasets(self, grantee: iam.IGrantable, prefix: str = "") -> iam.Grant:
+        """Read (Get/List) objects of the datasets bucket under ``prefix`` (default: all) and decrypt them."""
+        prefix = _normalize_prefix(self, "prefix", prefix)
+        return self.datasets.bucket.grant_read(grantee, f"{prefix}*")
+
+    def grant_write_artifacts(self, grantee: iam.IGrantable, prefix: str = OUTPUT_PREFIX) -> iam.Grant:
+        """Write (Put/Abort multipart) objects of the artifacts bucket under ``prefix`` and encrypt them.
+
+        Default prefix: ``output/``. Use ``checkpoints/`` for spot checkpoints, ``models/`` for promotion.
+        """
+        prefix = _normalize_prefix(self, "prefix", prefix)
+        if not prefix:
+            raise fail(self, "prefix", prefix, "a non-empty prefix such as 'output/' (write access is per prefix)")
+        return self.artifacts.bucket.grant_put(grantee, f"{prefix}*")
+
+    def grant_read_artifacts(self, grantee: iam.IGrantable, prefix: str = MODELS_PREFIX) -> iam.Grant:
+        """Read objects of the artifacts bucket under ``prefix`` (default: ``models/``) and decrypt them."""
+        prefix = _normalize_prefix(self, "prefix", prefix)
+        return self.artifacts.bucket.grant_read(grantee, f"{prefix}*")
+
+    def grant_read_write_checkpoints(self, grantee: iam.IGrantable, prefix: str = CHECKPOINTS_PREFIX) -> iam.Grant:
+        """Read and write spot-training checkpoints under ``prefix`` (default: ``checkpoints/``)."""
+        prefix = _normalize_prefix(self, "prefix", prefix)
+        if not prefix.startswith(CHECKPOINTS_PREFIX):
+            raise fail(self, "prefix", prefix, f"a prefix under {CHECKPOINTS_PREFIX!r}")
+        return self.artifacts.bucket.grant_read_write(grantee, f"{prefix}*")
+
+
+ACCESS_LOGS_SELF_REASON = (
+    "Safe because this is the server access log bucket itself: logging it into itself would log every "
+    "log delivery, and all access to it is via the AWS-owned logging service plus CloudTrail"
+)
+REPLICATION_REASON = (
+    "Safe because cross-region replication is a disaster-recovery decision of each deployment: it needs a "
+    "bucket and KMS key in a second region that this single-region platform does not own; objects are "
+    "versioned and retained in-region, and datasets are re-creatable from their source"
+)

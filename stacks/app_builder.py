@@ -1,0 +1,91 @@
+"""Builds the CDK app for one environment: config -> stacks -> cdk-nag packs.
+
+``app.py`` and the tests both call :func:`build_app`, so what is tested is what is deployed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks
+
+from stacks.config import DEFAULT_ENV, EnvConfig, load_config
+from stacks.data_stack import DataStack
+from stacks.network_stack import NetworkStack
+
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+
+NAG_PACKS = (AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks)
+
+
+@dataclass
+class PlatformApp:
+    app: cdk.App
+    config: EnvConfig
+    network: NetworkStack
+    data: DataStack
+
+    @property
+    def stacks(self) -> list[cdk.Stack]:
+        return [self.network, self.data]
+
+
+def cdk_json_context() -> dict[str, Any]:
+    """The ``context`` block of cdk.json (feature flags)."""
+    return dict(json.loads(CDK_JSON.read_text()).get("context", {}))
+
+
+def add_nag_packs(app: cdk.App) -> None:
+    """Register all four cdk-nag packs (cdk-nag 3.x validation plugins) on ``app``."""
+    cdk.Validations.of(app).add_plugins(*(pack(app) for pack in NAG_PACKS))
+
+
+def build_app(
+    env_name: str | None = None,
+    *,
+    nag: bool = True,
+    outdir: str | None = None,
+    context: dict[str, Any] | None = None,
+) -> PlatformApp:
+    """Build the app for ``env_name`` (default: the ``env`` context, else ``dev``).
+
+    The config is loaded and validated first, so a bad file fails before any construct exists.
+    """
+    # Feature flags live in cdk.json. The CLI passes them to the app; a direct build (tests, other tools)
+    # reads them here, so every way of building the app gives the same template.
+    ctx: dict[str, Any] = {**cdk_json_context(), **(context or {})}
+    app_kwargs: dict[str, Any] = {"context": ctx, "analytics_reporting": False}
+    if outdir:
+        app_kwargs["outdir"] = outdir
+    app = cdk.App(**app_kwargs)
+    name = env_name or app.node.try_get_context("env") or DEFAULT_ENV
+    config = load_config(str(name))
+
+    env = cdk.Environment(account=config.account, region=config.region)
+    prefix = config.resource_prefix
+    common: dict[str, Any] = {
+        "config": config,
+        "env": env,
+        "termination_protection": config.termination_protection,
+    }
+    network = NetworkStack(
+        app,
+        f"{prefix}-network",
+        description=f"GPU platform ({config.env_name}): private VPC, endpoints, flow logs",
+        **common,
+    )
+    data = DataStack(
+        app,
+        f"{prefix}-data",
+        description=f"GPU platform ({config.env_name}): KMS keys and S3 buckets",
+        **common,
+    )
+    for key, value in sorted(config.tags.items()):
+        cdk.Tags.of(app).add(key, value)
+    if nag:
+        add_nag_packs(app)
+    return PlatformApp(app=app, config=config, network=network, data=data)

@@ -1,0 +1,45 @@
+"""The network stack: the private GPU VPC, its endpoints, flow logs and security groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+
+from constructs import Construct
+from gpu_constructs.network import GpuNetwork
+from gpu_constructs.retention import retention_days
+from stacks.config import EnvConfig
+
+
+def removal_policy(config: EnvConfig) -> RemovalPolicy:
+    return RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
+
+
+def retention(days: int) -> logs.RetentionDays:
+    return retention_days(days, "flow_logs_retention_days")
+
+
+class NetworkStack(Stack):
+    """VPC over the configured AZs; private subnets for training, endpoints and fleets; no internet by default."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        net = config.network
+        self.network = GpuNetwork(
+            self,
+            "Network",
+            availability_zones=config.availability_zones,
+            cidr=net.vpc_cidr,
+            subnet_cidr_mask=net.subnet_cidr_mask,
+            nat_gateways=net.nat_gateways,
+            interface_endpoints=net.interface_endpoints,
+            flow_logs_retention=retention(net.flow_logs_retention_days),
+            removal_policy=removal_policy(config),
+        )
+
+    @property
+    def vpc(self) -> ec2.IVpc:
+        return self.network.vpc

@@ -1,0 +1,58 @@
+"""Shared fixtures: each environment's app is synthesized once per test process and reused."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+ROOT = Path(__file__).resolve().parent.parent
+ENVS = ("dev", "prod")
+
+
+@dataclass
+class Synthesized:
+    """One synthesized environment: the built app objects and its cloud assembly on disk."""
+
+    env: str
+    outdir: Path
+    platform: Any  # stacks.app_builder.PlatformApp
+    templates: dict[str, dict[str, Any]]  # stack name -> template
+
+    def template(self, suffix: str) -> dict[str, Any]:
+        """The template of the stack whose name ends with ``-<suffix>`` (e.g. ``network``)."""
+        matches = [t for name, t in self.templates.items() if name.endswith(f"-{suffix}")]
+        assert len(matches) == 1, f"expected one stack ending in -{suffix}, got {sorted(self.templates)}"
+        return matches[0]
+
+
+def synthesize(env: str, outdir: Path) -> Synthesized:
+    from stacks.app_builder import build_app
+    from stacks.summary import stack_templates
+
+    platform = build_app(env, outdir=str(outdir))
+    platform.app.synth()  # raises when any cdk-nag pack reports an unacknowledged finding
+    templates = {name: json.loads(path.read_text()) for name, path in stack_templates(outdir).items()}
+    return Synthesized(env=env, outdir=outdir, platform=platform, templates=templates)
+
+
+_CACHE: dict[str, Synthesized] = {}
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory):
+    """``synth(env)`` -> :class:`Synthesized`, built once per session (per xdist worker) per env."""
+
+    def get(env: str) -> Synthesized:
+        if env not in _CACHE:
+            _CACHE[env] = synthesize(env, tmp_path_factory.mktemp(f"cdk-{env}"))
+        return _CACHE[env]
+
+    return get

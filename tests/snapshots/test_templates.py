@@ -1,0 +1,45 @@
+"""One reviewed JSON snapshot per stack and environment; synth is deterministic.
+
+Update after a deliberate change with ``make snapshot-update`` and review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from syrupy.extensions.json import JSONSnapshotExtension
+
+ENVS = ("dev", "prod")
+STACKS = ("network", "data")
+ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
+
+
+def normalize(template: dict[str, Any]) -> Any:
+    """Replace asset hashes (they change with any byte of bundled code) by a marker."""
+    return json.loads(ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True)))
+
+
+@pytest.fixture()
+def snapshot_json(snapshot):
+    return snapshot.use_extension(JSONSnapshotExtension)
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_snapshot(synth, snapshot_json, env: str, stack: str) -> None:
+    assert normalize(synth(env).template(stack)) == snapshot_json
+
+
+def test_two_synths_are_byte_identical(synth, tmp_path: Path) -> None:
+    from conftest import synthesize
+
+    first = synth("dev")
+    second = synthesize("dev", tmp_path / "again")
+    names = sorted(p.name for p in first.outdir.glob("*.template.json"))
+    assert names == sorted(p.name for p in second.outdir.glob("*.template.json")) and names
+    for name in names:
+        assert (first.outdir / name).read_bytes() == (second.outdir / name).read_bytes(), name

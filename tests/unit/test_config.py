@@ -1,0 +1,192 @@
+"""Config loading: the two real files parse, and every kind of bad value fails with file, key, value, allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks.config import CONFIG_DIR, ConfigError, EnvConfig, load_config, parse_config
+
+DEV = yaml.safe_load((CONFIG_DIR / "dev.yaml").read_text())
+
+
+def write(tmp_path: Path, data: dict, name: str = "dev") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def load_modified(tmp_path: Path, **changes) -> EnvConfig:
+    data = yaml.safe_load(yaml.safe_dump(DEV))
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    write(tmp_path, data)
+    return load_config("dev", config_dir=tmp_path)
+
+
+def test_dev_and_prod_load() -> None:
+    dev, prod = load_config("dev"), load_config("prod")
+    assert dev.region == "us-east-1" and dev.availability_zones == ("us-east-1a", "us-east-1b")
+    assert dev.network.nat_gateways == 0 and dev.removal_policy == "destroy" and dev.account is None
+    assert len(prod.availability_zones) == 3
+    assert prod.network.nat_gateways == len(prod.availability_zones)  # NAT per AZ
+    assert prod.removal_policy == "retain" and prod.termination_protection
+    assert prod.network.flow_logs_retention_days > dev.network.flow_logs_retention_days
+    assert prod.data.log_retention_days > dev.data.log_retention_days
+
+
+def test_config_is_frozen() -> None:
+    cfg = load_config("dev")
+    with pytest.raises(Exception, match="frozen"):
+        cfg.region = "eu-west-1"  # type: ignore[misc]
+
+
+def test_unknown_env_names_the_allowed_ones() -> None:
+    with pytest.raises(ConfigError, match=r"env='staging'.*allowed environments: dev, prod"):
+        load_config("staging")
+
+
+def test_env_name_must_be_a_plain_name() -> None:
+    with pytest.raises(ConfigError, match=r"env='../etc'.*allowed: dev, prod"):
+        load_config("../etc")
+
+
+def test_unknown_region(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_modified(tmp_path, region="us-east-7", availability_zones=["us-east-7a"])
+    msg = str(err.value)
+    assert "dev.yaml" in msg and "region: 'us-east-7'" in msg and "unknown AWS region" in msg
+    assert "did you mean" in msg and "us-east-1" in msg
+
+
+def test_az_outside_region(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"availability_zones: \['eu-west-1a'\] not in region us-east-1"):
+        load_modified(tmp_path, availability_zones=["us-east-1a", "eu-west-1a"])
+
+
+def test_duplicate_azs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"duplicate zone\(s\) \['us-east-1a'\]; list each zone once"):
+        load_modified(tmp_path, availability_zones=["us-east-1a", "us-east-1a"])
+
+
+def test_overlapping_cidr(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"vpc_cidr 10.20.0.0/16 overlaps reserved_cidrs entry 10.0.0.0/8"):
+        load_modified(tmp_path, network__reserved_cidrs=["192.168.0.0/16", "10.0.0.0/8"])
+
+
+def test_too_small_cidr(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"network.vpc_cidr: '10.20.0.0/26'.*between /16 and /24"):
+        load_modified(tmp_path, network__vpc_cidr="10.20.0.0/26")
+
+
+def test_cidr_too_small_for_subnets(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"network.vpc_cidr: 10.20.0.0/24 is too small for 6 subnets of /25.*holds 2"):
+        load_modified(tmp_path, network__vpc_cidr="10.20.0.0/24", network__subnet_cidr_mask=25)
+
+
+def test_subnet_mask_not_longer_than_vpc(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"subnet_cidr_mask /24 must be longer than the VPC prefix /24"):
+        load_modified(tmp_path, network__vpc_cidr="10.20.0.0/24", network__subnet_cidr_mask=24)
+
+
+def test_public_cidr_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"network.vpc_cidr: '8.8.0.0/16'.*private \(RFC 1918\)"):
+        load_modified(tmp_path, network__vpc_cidr="8.8.0.0/16")
+
+
+def test_negative_retention(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_modified(tmp_path, data__log_retention_days=-5)
+    msg = str(err.value)
+    assert "data.log_retention_days: -5" in msg and "retention values [1, 3, 5, 7" in msg
+
+
+def test_unsupported_retention(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"network.flow_logs_retention_days: 45: must be one of"):
+        load_modified(tmp_path, network__flow_logs_retention_days=45)
+
+
+def test_negative_expiration_days(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data.checkpoint_expiration_days: -1: must be a whole number of days"):
+        load_modified(tmp_path, data__checkpoint_expiration_days=-1)
+
+
+def test_unknown_key_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_modified(tmp_path, network__nat_gateway=1)  # typo of nat_gateways
+    msg = str(err.value)
+    assert "network.nat_gateway: 1: unknown key (typo?)" in msg
+    assert "allowed keys here: vpc_cidr, subnet_cidr_mask, nat_gateways" in msg
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"regoin: 'us-east-1': unknown key \(typo\?\); allowed keys here: env_name"):
+        load_modified(tmp_path, regoin="us-east-1")
+
+
+def test_wrong_type_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"network.nat_gateways: '2'"):
+        load_modified(tmp_path, network__nat_gateways="2")
+
+
+def test_more_nat_gateways_than_azs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"network.nat_gateways: 3 exceeds the 2 configured AZs; allowed: 0..2"):
+        load_modified(tmp_path, network__nat_gateways=3)
+
+
+def test_unknown_interface_endpoint(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown endpoint\(s\) \['sagemaker'\]; allowed: sagemaker_api"):
+        load_modified(tmp_path, network__interface_endpoints=["sagemaker"])
+
+
+def test_bad_account(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"account: '1234': must be a 12-digit AWS account id"):
+        load_modified(tmp_path, account="1234")
+
+
+def test_env_name_must_match_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"env_name: 'prod' does not match the file name; allowed: 'dev'"):
+        load_modified(tmp_path, env_name="prod")
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_config("region: [unclosed", tmp_path / "dev.yaml")
+
+
+def test_bad_config_fails_before_any_construct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_app must validate config before creating stacks: no Stack constructor runs."""
+    import stacks.app_builder as builder
+
+    bad = yaml.safe_load(yaml.safe_dump(DEV))
+    bad["region"] = "mars-north-1"
+    write(tmp_path, bad)
+    built: list[str] = []
+    monkeypatch.setattr(builder, "NetworkStack", lambda *a, **k: built.append("network"))
+    monkeypatch.setattr(builder, "load_config", lambda name: load_config(name, config_dir=tmp_path))
+    with pytest.raises(ConfigError, match="mars-north-1"):
+        builder.build_app("dev", nag=False)
+    assert built == []
+
+
+def test_cli_reports_config_error(tmp_path: Path) -> None:
+    """`python app.py -c env=nope` style failure: exit code 2 and a readable message, no traceback."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, str(root / "app.py")],
+        env={"PATH": "/usr/bin:/bin", "CDK_CONTEXT_JSON": '{"env": "nope"}', "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "configuration error: env='nope'" in proc.stderr and "Traceback" not in proc.stderr
