@@ -11,12 +11,19 @@ for path in (ROOT, ROOT / "constructs"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from stacks.app_builder import build_app  # noqa: E402
-from stacks.config import ConfigError  # noqa: E402
+from stacks.config import DEFAULT_ENV, ConfigError, load_config  # noqa: E402  (CDK-free: fails fast)
 
 
 def main() -> int:
+    import json
+    import os
+
+    # Validate the config before the CDK runtime starts, so a bad file fails in well under a second.
+    context = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")
     try:
+        load_config(str(context.get("env") or DEFAULT_ENV))
+        from stacks.app_builder import build_app
+
         platform = build_app()
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)

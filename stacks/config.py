@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpu_constructs.network import DEFAULT_INTERFACE_ENDPOINTS
+from gpu_constructs.constants import DEFAULT_INTERFACE_ENDPOINTS
 from gpu_constructs.retention import LOG_RETENTION_DAYS
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"

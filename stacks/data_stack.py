@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Stack
-
 from constructs import Construct
+
 from gpu_constructs.storage import PlatformStorage
 from stacks.config import EnvConfig
 from stacks.network_stack import removal_policy

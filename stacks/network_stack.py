@@ -7,8 +7,8 @@ from typing import Any
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
-
 from constructs import Construct
+
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.retention import retention_days
 from stacks.config import EnvConfig

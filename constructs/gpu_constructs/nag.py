@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import aws_cdk as cdk
-
 from constructs import IConstruct
+
 from gpu_constructs.errors import ValidationError, path_of
 
 AWS_SOLUTIONS = "AwsSolutions"

@@ -15,32 +15,16 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
-
 from constructs import Construct
+
 from gpu_constructs import nag
+from gpu_constructs.constants import (  # re-exported: the table lives in a CDK-free module
+    DEFAULT_INTERFACE_ENDPOINTS,
+    ENDPOINT_SUBNETS,
+    FLEET_SUBNETS,
+    TRAINING_SUBNETS,
+)
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-
-#: Interface endpoints a private GPU workload needs (short name -> ``InterfaceVpcEndpointAwsService`` attr).
-DEFAULT_INTERFACE_ENDPOINTS: dict[str, str] = {
-    "sagemaker_api": "SAGEMAKER_API",
-    "sagemaker_runtime": "SAGEMAKER_RUNTIME",
-    "ecr_api": "ECR",
-    "ecr_dkr": "ECR_DOCKER",
-    "logs": "CLOUDWATCH_LOGS",
-    "monitoring": "CLOUDWATCH_MONITORING",
-    "sts": "STS",
-    "kms": "KMS",
-    "ssm": "SSM",
-    "ssm_messages": "SSM_MESSAGES",
-    "ec2_messages": "EC2_MESSAGES",
-}
-
-#: Subnet group names. Each is private; training jobs, endpoints and fleets get their own ranges so
-#: their flow logs, NACLs and IP capacity stay separate.
-TRAINING_SUBNETS = "Training"
-ENDPOINT_SUBNETS = "Endpoints"
-FLEET_SUBNETS = "Fleets"
-
 
 INTRA_GROUP_REASON = (
     "Safe because the only source is this security group itself, not a CIDR: multi-node training (NCCL "

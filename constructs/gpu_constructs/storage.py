@@ -13,8 +13,8 @@ from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
+
 from gpu_constructs import nag
 from gpu_constructs.errors import fail, require_range
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
-
 from constructs import IConstruct
+
 from gpu_constructs.nag import REASON_MARKERS, REASON_MIN_LENGTH
 from stacks.summary import validation_violations
 
