@@ -16,7 +16,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup synth test lint snapshot-update bench clean
+.PHONY: help setup synth test lint snapshot-update bench bench-gpu wheel clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -50,8 +50,16 @@ test: lint ## lint, type-check and run the whole test suite
 snapshot-update: setup ## regenerate template snapshots (review the diff before committing)
 	$(PY) -m pytest tests/snapshots --snapshot-update -q
 
-bench: setup ## run the benchmarks and rewrite docs/benchmarks.md
+bench: setup ## run every CPU benchmark and rewrite its section of docs/benchmarks.md
+	$(PY) -m benchmarks.training_data
+	$(PY) -m benchmarks.inference_batching
 	$(PY) -m benchmarks.synth_and_test
 
+bench-gpu: setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU
+	$(PY) -m benchmarks.training_gpu
+
+wheel: setup ## build the gpuctl + runtime wheel (dist/) that notebooks install at start
+	$(PIP) wheel --quiet --no-deps --no-build-isolation -w dist .
+
 clean: ## remove build outputs
-	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf cdk.out dist .pytest_cache .mypy_cache .ruff_cache

@@ -15,7 +15,13 @@ from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, 
 
 from stacks.config import DEFAULT_ENV, EnvConfig, load_config
 from stacks.data_stack import DataStack
+from stacks.fleet_stack import FleetStack, fleets_stack_name
+from stacks.gitops_stack import GitOpsStack
+from stacks.images_stack import ImagesStack
+from stacks.inference_stack import InferenceStack, inference_stack_name
 from stacks.network_stack import NetworkStack
+from stacks.storage_stack import StorageStack
+from stacks.training_stack import TrainingStack, training_stack_name
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
@@ -28,10 +34,17 @@ class PlatformApp:
     config: EnvConfig
     network: NetworkStack
     data: DataStack
+    storage: StorageStack
+    images: ImagesStack
+    training: TrainingStack | None = None
+    inference: InferenceStack | None = None
+    fleets: FleetStack | None = None
+    gitops: GitOpsStack | None = None
 
     @property
     def stacks(self) -> list[cdk.Stack]:
-        return [self.network, self.data]
+        optional = [s for s in (self.training, self.inference, self.fleets, self.gitops) if s is not None]
+        return [self.network, self.data, self.storage, self.images, *optional]
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -84,8 +97,77 @@ def build_app(
         description=f"GPU platform ({config.env_name}): KMS keys and S3 buckets",
         **common,
     )
+    storage = StorageStack(
+        app,
+        f"{prefix}-storage",
+        description=f"GPU platform ({config.env_name}): FSx for Lustre linked to the datasets bucket",
+        network=network.network,
+        storage=data.storage,
+        **common,
+    )
+    images = ImagesStack(
+        app,
+        f"{prefix}-images",
+        description=f"GPU platform ({config.env_name}): training and inference container images",
+        **common,
+    )
+    training = None
+    if config.training.enabled:
+        training = TrainingStack(
+            app,
+            training_stack_name(prefix),
+            description=f"GPU platform ({config.env_name}): training pipeline, job roles, dashboard and alarms",
+            network=network.network,
+            storage=data.storage,
+            image=images.training_image,
+            lustre=storage.lustre,
+            **common,
+        )
+    inference = None
+    if config.inference.enabled:
+        inference = InferenceStack(
+            app,
+            inference_stack_name(prefix),
+            description=f"GPU platform ({config.env_name}): SageMaker GPU endpoints, autoscaling, alarms, dashboards",
+            network=network.network,
+            storage=data.storage,
+            image=images.inference_image,
+            **common,
+        )
+    fleets = None
+    if config.fleets.enabled:
+        fleets = FleetStack(
+            app,
+            fleets_stack_name(prefix),
+            description=f"GPU platform ({config.env_name}): EC2 GPU fleets on Deep Learning AMIs, GPU notebooks",
+            network=network.network,
+            storage=data.storage,
+            lustre=storage.lustre,
+            **common,
+        )
+    gitops = None
+    if config.gitops.oidc_deploy_role is not None or config.gitops.oidc_diff_role is not None:
+        gitops = GitOpsStack(
+            app,
+            f"{prefix}-gitops",
+            description=f"GPU platform ({config.env_name}): OIDC deploy role for GitOps runners",
+            deploy=config.gitops.oidc_deploy_role,
+            diff=config.gitops.oidc_diff_role,
+            **common,
+        )
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(app).add(key, value)
     if nag:
         add_nag_packs(app)
-    return PlatformApp(app=app, config=config, network=network, data=data)
+    return PlatformApp(
+        app=app,
+        config=config,
+        network=network,
+        data=data,
+        storage=storage,
+        images=images,
+        training=training,
+        inference=inference,
+        fleets=fleets,
+        gitops=gitops,
+    )

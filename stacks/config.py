@@ -187,6 +187,1158 @@ class DataConfig(_Model):
         return value
 
 
+LUSTRE_DEPLOYMENT_TYPES = ("SCRATCH_2", "PERSISTENT_2")
+
+
+class LustreConfig(_Model):
+    """An FSx for Lustre file system in the training subnets, linked to the datasets bucket."""
+
+    enabled: bool = Field(False, description="Create the file system (storage stack)")
+    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = Field(
+        "SCRATCH_2", description="SCRATCH_2 (temporary, not replicated) or PERSISTENT_2 (replicated, KMS key)"
+    )
+    storage_capacity_gib: int = Field(1200, description="1200, 2400 or a multiple of 2400 GiB")
+    per_unit_storage_throughput: int | None = Field(
+        None, description="PERSISTENT_2 only: 125, 250, 500 or 1000 MB/s/TiB (default 125); null for SCRATCH_2"
+    )
+    data_compression: bool = Field(True, description="LZ4 compression of file data")
+    lustre_version: Literal["2.12", "2.15"] = Field("2.15", description="Lustre version (both support S3 links)")
+    availability_zone: str | None = Field(
+        None, description="AZ of the file system (one of availability_zones; default: the first)"
+    )
+    import_prefix: str = Field("", description="Prefix of the datasets bucket linked to the file system ('' = all)")
+    file_system_path: str = Field("/datasets", description="Directory of the file system the prefix appears under")
+    auto_import: bool = Field(True, description="Import new, changed and deleted S3 objects automatically")
+    auto_export: bool = Field(False, description="Export new, changed and deleted files back to S3 automatically")
+    mount_path: str = Field("/fsx", description="Where EC2 clients mount it")
+    automatic_backup_retention_days: int | None = Field(
+        None, description="PERSISTENT_2 only: daily backups kept this many days (0-90); null: no backups"
+    )
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _capacity(cls, value: int) -> int:
+        from gpu_constructs.fsx_facts import allowed_capacity_text, valid_storage_capacity
+
+        if not valid_storage_capacity(value):
+            raise ValueError(f"allowed: {allowed_capacity_text()}")
+        return value
+
+    @field_validator("file_system_path", "mount_path")
+    @classmethod
+    def _abs_path(cls, value: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9._/-]*", value) or ".." in value or "//" in value:
+            raise ValueError("must be an absolute path of letters, digits and ._-/ without '..'")
+        return value
+
+    @field_validator("import_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]*", value):
+            raise ValueError("must be a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'")
+        return value
+
+    @model_validator(mode="after")
+    def _per_type(self) -> LustreConfig:
+        from gpu_constructs.fsx_facts import LUSTRE_TYPES
+
+        facts = LUSTRE_TYPES[self.deployment_type]
+        tier = self.per_unit_storage_throughput
+        if not facts.per_unit_throughputs and tier is not None:
+            raise ValueError(
+                f"per_unit_storage_throughput: {tier} is not allowed for {self.deployment_type}; allowed: null "
+                "(use PERSISTENT_2 to choose 125, 250, 500 or 1000)"
+            )
+        if facts.per_unit_throughputs and tier is not None and tier not in facts.per_unit_throughputs:
+            raise ValueError(
+                f"per_unit_storage_throughput: {tier} is not allowed for {self.deployment_type}; allowed: "
+                f"{', '.join(map(str, facts.per_unit_throughputs))}"
+            )
+        backup = self.automatic_backup_retention_days
+        if backup is not None and (not facts.replicated or not 0 <= backup <= 90):
+            allowed = "0..90" if facts.replicated else f"null for {self.deployment_type}"
+            raise ValueError(f"automatic_backup_retention_days: {backup} is not allowed; allowed: {allowed}")
+        return self
+
+
+class EfsConfig(_Model):
+    """An optional EFS file system for small shared datasets."""
+
+    enabled: bool = Field(False, description="Create the file system (storage stack)")
+    throughput_mode: Literal["elastic", "bursting"] = Field("elastic", description="EFS throughput mode")
+    transition_to_ia_days: int | None = Field(
+        30, description="Move files unread this many days to Infrequent Access (1,7,14,30,60,90,180,270,365)"
+    )
+    automatic_backups: bool = Field(True, description="AWS Backup daily backups")
+
+    @field_validator("transition_to_ia_days")
+    @classmethod
+    def _ia(cls, value: int | None) -> int | None:
+        if value is not None and value not in (1, 7, 14, 30, 60, 90, 180, 270, 365):
+            raise ValueError("allowed: null or one of 1, 7, 14, 30, 60, 90, 180, 270, 365")
+        return value
+
+
+class FileSystemsConfig(_Model):
+    """Shared file systems for training data (storage stack)."""
+
+    lustre: LustreConfig = Field(default_factory=lambda: LustreConfig())
+    efs: EfsConfig = Field(default_factory=lambda: EfsConfig())
+
+
+IMAGE_KINDS = ("dlc", "codebuild", "asset", "ecr")
+_IMAGE_FIELDS: dict[str, tuple[str, ...]] = {
+    "dlc": ("framework_version", "python", "cuda"),
+    "codebuild": ("directory", "cuda_version", "build_args", "platform"),
+    "asset": ("directory", "cuda_version", "build_args", "platform"),
+    "ecr": ("repository_name", "tag", "cuda_version"),
+}
+
+
+class ImageSpec(_Model):
+    """How one image reaches ECR: dlc | codebuild | asset | ecr, with that kind's options."""
+
+    kind: Literal["dlc", "codebuild", "asset", "ecr"] = Field(
+        "dlc", description="dlc (prebuilt AWS DLC), codebuild (built at deploy time), asset (local Docker), ecr"
+    )
+    framework_version: str | None = Field(None, description="dlc: PyTorch version, e.g. '2.8'")
+    python: str | None = Field(None, description="dlc: Python tag, e.g. 'py312' (default: the version's)")
+    cuda: str | None = Field(None, description="dlc: CUDA tag, e.g. 'cu129' (default: the version's)")
+    directory: str | None = Field(
+        None, description="codebuild/asset: build context relative to the repository root (default containers/<use>)"
+    )
+    cuda_version: str | None = Field(
+        None, description="codebuild/asset/ecr: CUDA version of the image, e.g. '12.8' (required for builds)"
+    )
+    build_args: dict[str, str] = Field(default_factory=dict, description="codebuild/asset: Docker build args")
+    platform: Literal["linux/amd64", "linux/arm64"] = Field("linux/amd64", description="codebuild/asset: platform")
+    repository_name: str | None = Field(None, description="ecr: name of an existing repository in this account")
+    tag: str | None = Field(None, description="ecr: image tag or digest (sha256:...)")
+
+    @model_validator(mode="after")
+    def _per_kind(self) -> ImageSpec:
+        allowed = set(_IMAGE_FIELDS[self.kind]) | {"kind"}
+        defaults = ImageSpec.model_construct()
+        for name in type(self).model_fields:
+            if name not in allowed and getattr(self, name) != getattr(defaults, name, None):
+                users = [k for k, fields in _IMAGE_FIELDS.items() if name in fields]
+                raise ValueError(f"{name} is not used by kind={self.kind!r}; it belongs to kind {', '.join(users)}")
+        if self.kind == "dlc" and not self.framework_version:
+            raise ValueError("kind='dlc' needs framework_version, e.g. '2.8'")
+        if self.kind in ("codebuild", "asset") and not self.cuda_version:
+            raise ValueError(
+                f"kind={self.kind!r} needs cuda_version: the CUDA version of the Dockerfile's base image, e.g. '12.8'"
+            )
+        if self.kind == "ecr" and not (self.repository_name and self.tag):
+            raise ValueError("kind='ecr' needs repository_name and tag")
+        for name in ("cuda", "cuda_version"):
+            value = getattr(self, name)
+            if value is not None:
+                from gpu_constructs.cuda import parse_cuda_version
+
+                parse_cuda_version(value)
+        if self.directory is not None and (self.directory.startswith("/") or ".." in self.directory):
+            raise ValueError(f"directory: {self.directory!r} must be relative to the repository root, without '..'")
+        return self
+
+
+class ImagesConfig(_Model):
+    """The training and inference images (images stack)."""
+
+    training: ImageSpec = Field(default_factory=lambda: ImageSpec(kind="dlc", framework_version="2.8"))
+    inference: ImageSpec = Field(default_factory=lambda: ImageSpec(kind="dlc", framework_version="2.6"))
+    max_image_count: int = Field(10, description="codebuild: images kept per repository (1-1000)")
+    untagged_image_expiry_days: int = Field(7, description="codebuild: days before untagged images expire")
+    zstd_compression: bool = Field(False, description="codebuild: compress image layers with zstd")
+
+    @field_validator("max_image_count")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        if not 1 <= value <= 1000:
+            raise ValueError("allowed: 1..1000")
+        return value
+
+    @field_validator("untagged_image_expiry_days")
+    @classmethod
+    def _expiry(cls, value: int) -> int:
+        if not 1 <= value <= 3650:
+            raise ValueError("allowed: 1..3650 days")
+        return value
+
+    @model_validator(mode="after")
+    def _dlc_versions(self) -> ImagesConfig:
+        from gpu_constructs.dlc import resolve_dlc
+
+        for usage in ("training", "inference"):
+            spec: ImageSpec = getattr(self, usage)
+            if spec.kind == "dlc":
+                try:
+                    resolve_dlc(
+                        str(spec.framework_version), usage, python=spec.python, cuda=spec.cuda, region=None, where=usage
+                    )
+                except ValueError as exc:
+                    raise ValueError(str(exc)) from None
+        return self
+
+
+class TrainingAlarmsConfig(_Model):
+    """Thresholds of the training alarms (percent per GPU / per vCPU of the configured instance type)."""
+
+    gpu_low_pct: float = Field(50, description="Input-bound alarm: GPU utilization below this ...")
+    busy_pct: float = Field(80, description="... while CPU or disk utilization is above this")
+    idle_gpu_pct: float = Field(5, description="Idle-GPU alarm: the least-used host's GPU utilization below this")
+    period_minutes: int = Field(5, description="Metric period in minutes (1, 5, 10, 15, 30 or 60)")
+    input_bound_periods: int = Field(3, description="Consecutive periods before the input-bound alarm fires")
+    idle_periods: int = Field(6, description="Consecutive periods before the idle-GPU alarm fires")
+
+    @field_validator("gpu_low_pct", "busy_pct", "idle_gpu_pct")
+    @classmethod
+    def _pct(cls, value: float) -> float:
+        if not 0 < value <= 100:
+            raise ValueError("must be a percentage in (0, 100]")
+        return value
+
+    @field_validator("period_minutes")
+    @classmethod
+    def _period(cls, value: int) -> int:
+        if value not in (1, 5, 10, 15, 30, 60):
+            raise ValueError("allowed: 1, 5, 10, 15, 30, 60")
+        return value
+
+    @field_validator("input_bound_periods", "idle_periods")
+    @classmethod
+    def _periods(cls, value: int) -> int:
+        if not 1 <= value <= 100:
+            raise ValueError("allowed: 1..100")
+        return value
+
+    @model_validator(mode="after")
+    def _order(self) -> TrainingAlarmsConfig:
+        if self.idle_gpu_pct >= self.gpu_low_pct:
+            raise ValueError(
+                f"idle_gpu_pct: {self.idle_gpu_pct} must be less than gpu_low_pct: {self.gpu_low_pct} "
+                "(idle is lower than input-bound)"
+            )
+        return self
+
+
+class TrainingPrepareConfig(_Model):
+    """The optional prepare step: a SageMaker processing job running `gpuctl shard` in the training image."""
+
+    enabled: bool = Field(False, description="Add the prepare step to the state machine")
+    run_by_default: bool = Field(False, description="Run it when an execution's input does not set `prepare`")
+    source_prefix: str = Field("raw/", description="Datasets-bucket prefix of the raw files: <prefix><split>/")
+    instance_type: str = Field("ml.m5.4xlarge", description="Processing instance type (CPU or GPU)")
+    volume_size_gb: int = Field(200, description="Volume for the raw files and the shards, GB")
+    image_size: int = Field(224, description="gpuctl shard --image-size")
+    shard_size: str = Field("128MB", description="gpuctl shard --shard-size")
+    max_runtime_hours: int = Field(24, description="Processing job time limit, hours (1-120)")
+
+    @field_validator("source_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value or value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+            raise ValueError("must be a non-empty relative S3 key prefix such as 'raw/imagenet/'")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        from gpu_constructs.catalog import lookup
+
+        it = lookup(value, where="training.prepare", param="instance_type")
+        if not value.startswith("ml.") or not it.valid_for("processing"):
+            raise ValueError(
+                "must be an ml.* type that SageMaker processing accepts, e.g. ml.m5.4xlarge or ml.g5.2xlarge"
+            )
+        return value
+
+    @field_validator("max_runtime_hours")
+    @classmethod
+    def _hours(cls, value: int) -> int:
+        if not 1 <= value <= 120:
+            raise ValueError("allowed: 1..120 hours (processing jobs run at most 5 days)")
+        return value
+
+
+class TrainingConfig(_Model):
+    """The training pipeline (training stack): state machine, job defaults, monitoring."""
+
+    enabled: bool = Field(False, description="Create the training stack")
+    name: str = Field("train", description="Setup name; jobs are named <resource_prefix>-<name>-<id>")
+    instance_type: str = Field("ml.g5.xlarge", description="Default ml.* NVIDIA GPU training type (GPU catalog)")
+    instance_count: int = Field(1, description="Hosts per job; > 1 is multi-host training")
+    volume_size_gb: int = Field(100, description="EBS volume per host, GB (types with local NVMe use it instead)")
+    input: Literal["s3", "fsx"] = Field("s3", description="s3: channels read S3; fsx: the FSx for Lustre file system")
+    input_mode: Literal["File", "FastFile", "Pipe"] = Field("FastFile", description="S3 channels' input mode")
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = Field(
+        "FullyReplicated", description="S3 channels' distribution across hosts"
+    )
+    dataset_prefix: str = Field(
+        "imagenet/", description="Datasets-bucket prefix of the dataset: <prefix><data_version>/<channel>/"
+    )
+    channels: tuple[str, ...] = Field(("train", "validation"), description="Channel (split) names")
+    data_version: str = Field("v1", description="Default data version; executions and gpuctl may override it")
+    hyperparameters: dict[str, str] = Field(
+        default_factory=dict, description="Default hyperparameters of the training runtime (see its README)"
+    )
+    max_runtime_hours: int = Field(24, description="MaxRuntime in hours (1-672)")
+    spot: bool = Field(False, description="Managed spot training with checkpoints")
+    max_wait_hours: int | None = Field(None, description="Spot: runtime plus capacity wait (default 2 x runtime)")
+    max_retry_attempts: int | None = Field(None, description="SageMaker retries of a failed job (1-30)")
+    network_isolation: bool = Field(False, description="No outbound network from the training container")
+    inter_container_encryption: bool = Field(True, description="Encrypt traffic between hosts")
+    allowed_instance_types: tuple[str, ...] | None = Field(
+        None, description="Types an execution may choose (default: every NVIDIA training type that fits)"
+    )
+    notification_emails: tuple[str, ...] = Field((), description="E-mail addresses for failure and alarm notices")
+    prepare: TrainingPrepareConfig = Field(default_factory=lambda: TrainingPrepareConfig())
+    alarms: TrainingAlarmsConfig = Field(default_factory=lambda: TrainingAlarmsConfig())
+
+    @field_validator("hyperparameters", mode="before")
+    @classmethod
+    def _hp_strings(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            elif isinstance(item, int | float):
+                item = str(item)
+            out[key] = item
+        return out
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9](-?[a-z0-9]){0,15}", value):
+            raise ValueError("must be 1-16 lowercase letters, digits and single hyphens (part of job names)")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance(cls, value: str) -> str:
+        from gpu_constructs.catalog import require_nvidia_gpu
+
+        require_nvidia_gpu(value, where="training", usage="training")
+        return value
+
+    @field_validator("allowed_instance_types")
+    @classmethod
+    def _allowed(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        from gpu_constructs.catalog import require_nvidia_gpu
+
+        for item in value or ():
+            require_nvidia_gpu(item, where="training.allowed_instance_types", usage="training")
+        return value
+
+    @field_validator("instance_count")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        if not 1 <= value <= 100:
+            raise ValueError("allowed: 1..100 hosts")
+        return value
+
+    @field_validator("volume_size_gb")
+    @classmethod
+    def _volume(cls, value: int) -> int:
+        if not 1 <= value <= 16384:
+            raise ValueError("allowed: 1..16384 GB")
+        return value
+
+    @field_validator("dataset_prefix")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        if not value.endswith("/") or value.startswith("/") or ".." in value:
+            raise ValueError("must be a relative S3 prefix ending in '/', e.g. 'imagenet/'")
+        if not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+            raise ValueError("must use only letters, digits and !_.*'()/=- (an S3 key prefix)")
+        return value
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one channel, e.g. [train, validation]")
+        bad = [c for c in value if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", c)]
+        if bad or len(set(value)) != len(value):
+            raise ValueError(f"channel names must be unique and use A-Z a-z 0-9 . _ - (bad: {bad or 'duplicates'})")
+        return value
+
+    @field_validator("data_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}", value):
+            raise ValueError("must be 1-128 letters, digits and . _ = -, starting with a letter or digit")
+        return value
+
+    @field_validator("max_runtime_hours")
+    @classmethod
+    def _runtime(cls, value: int) -> int:
+        if not 1 <= value <= 672:
+            raise ValueError("allowed: 1..672 hours (SageMaker's 28-day limit)")
+        return value
+
+    @field_validator("max_retry_attempts")
+    @classmethod
+    def _retries(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 30:
+            raise ValueError("allowed: null or 1..30")
+        return value
+
+    @field_validator("notification_emails")
+    @classmethod
+    def _emails(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", v)]
+        if bad:
+            raise ValueError(f"{bad} are not e-mail addresses; allowed: addresses such as ml-team@example.com")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> TrainingConfig:
+        if self.max_wait_hours is not None and not self.spot:
+            raise ValueError("max_wait_hours is set but spot is false; allowed: spot: true, or max_wait_hours: null")
+        if self.spot and self.max_wait_hours is not None and self.max_wait_hours < self.max_runtime_hours:
+            raise ValueError(
+                f"max_wait_hours: {self.max_wait_hours} is less than max_runtime_hours: {self.max_runtime_hours}; "
+                "allowed: max_wait_hours >= max_runtime_hours"
+            )
+        if self.input == "fsx" and self.input_mode != "File":
+            raise ValueError("input: fsx mounts the file system, so input_mode must be File")
+        from gpu_constructs.catalog import check_gpu_count
+
+        procs = self.hyperparameters.get("processes_per_host")
+        if procs is not None and procs.isdigit() and int(procs) > 0:
+            check_gpu_count(self.instance_type, int(procs), where="training.hyperparameters")
+        return self
+
+
+class DlamiConfig(_Model):
+    """The Deep Learning AMI of a fleet: the latest image of a flavour (public SSM parameter) or pinned ids."""
+
+    framework: Literal["base", "pytorch"] = Field(
+        "base", description="base: driver, CUDA, EFA, NCCL; pytorch: adds PyTorch in /opt/pytorch"
+    )
+    os: Literal["ubuntu-22.04", "ubuntu-24.04", "amazon-linux-2023"] = Field(
+        "ubuntu-22.04", description="Operating system of the DLAMI"
+    )
+    pytorch_version: str | None = Field(
+        None, description="framework pytorch: the PyTorch line, MAJOR.MINOR (e.g. '2.9'); null for base"
+    )
+    ami_ids: dict[str, str] | None = Field(
+        None,
+        description="Pin: region -> AMI id (a reviewed change replaces instances); null = latest from SSM",
+    )
+    driver: Literal["oss", "proprietary"] = Field(
+        "oss", description="NVIDIA kernel modules of the image; proprietary only for a pinned AMI"
+    )
+    driver_branch: int | None = Field(None, description="NVIDIA driver branch of a pinned AMI, e.g. 580")
+    cuda_version: str | None = Field(None, description="CUDA version the workload uses, e.g. '12.8' (checked)")
+
+    def image(self, cpu_arch: Literal["x86_64", "arm64"]) -> Any:
+        """The ``gpu_constructs.dlami.DlamiImage`` of this config for ``cpu_arch``."""
+        from gpu_constructs.dlami import DlamiImage
+
+        return DlamiImage(
+            framework=self.framework,
+            os=self.os,
+            cpu_arch=cpu_arch,
+            pytorch_version=self.pytorch_version,
+            ami_ids=self.ami_ids,
+            driver=self.driver,
+            driver_branch=self.driver_branch,
+            cuda_version=self.cuda_version,
+        )
+
+    @model_validator(mode="after")
+    def _valid_image(self) -> DlamiConfig:
+        self.image("x86_64")  # raises gpu_constructs.ValidationError (a ValueError) naming the bad field
+        return self
+
+
+class FleetSpotConfig(_Model):
+    """A spot mix: the group's type plus compatible GPU types, spot above an on-demand base."""
+
+    instance_types: tuple[str, ...] = Field(
+        (), description="Further EC2 GPU types (same GPU count and CPU architecture as instance_type)"
+    )
+    on_demand_base_capacity: int = Field(0, description="Instances always launched on demand")
+    on_demand_percentage_above_base: int = Field(0, description="Percent on demand above the base (0-100)")
+    allocation_strategy: Literal[
+        "price-capacity-optimized", "capacity-optimized", "capacity-optimized-prioritized", "lowest-price"
+    ] = Field("price-capacity-optimized", description="Spot allocation strategy")
+
+    @field_validator("on_demand_base_capacity")
+    @classmethod
+    def _base(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 or more")
+        return value
+
+    @field_validator("on_demand_percentage_above_base")
+    @classmethod
+    def _percent(cls, value: int) -> int:
+        if not 0 <= value <= 100:
+            raise ValueError("allowed: 0..100")
+        return value
+
+
+_FLEET_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}")
+
+
+class FleetGroupConfig(_Model):
+    """One EC2 GPU fleet (auto scaling group <resource_prefix>-<name>) on a Deep Learning AMI."""
+
+    name: str = Field(description="Fleet name, [a-z][a-z0-9-]{0,30}; the group is <resource_prefix>-<name>")
+    instance_type: str = Field(description="EC2 NVIDIA GPU type from the catalog, no 'ml.' prefix (e.g. g5.xlarge)")
+    min_capacity: int = Field(0, description="Minimum instances (0: no idle GPU cost)")
+    max_capacity: int = Field(1, description="Maximum instances (1 or more)")
+    desired_capacity: int | None = Field(None, description="Initial instances (null: min_capacity)")
+    image: DlamiConfig = Field(default_factory=lambda: DlamiConfig(), description="The Deep Learning AMI")
+    spot: FleetSpotConfig | None = Field(None, description="Spot mix with capacity rebalancing (null: on demand)")
+    efa: bool = Field(False, description="One EFA interface per network card (EFA types only)")
+    placement_group: bool = Field(False, description="Cluster placement group in one AZ")
+    availability_zone: str | None = Field(None, description="AZ of a placement-group fleet (default: the first)")
+    root_volume_gib: int = Field(200, description="gp3 root volume, GiB (100-16384), KMS-encrypted")
+    data_volume_gib: int | None = Field(None, description="Extra gp3 data volume mounted at /data, GiB (null: none)")
+    mount_lustre: bool = Field(True, description="Mount the FSx for Lustre file system when file_systems has one")
+    datasets_prefix: str = Field("", description="Datasets-bucket prefix the instances may read ('' = all)")
+    artifacts_prefix: str = Field("output/", description="Artifacts-bucket prefix the instances may write")
+    idle_gpu_pct: float = Field(5, description="Idle alarm: average GPU utilization of the group below this")
+    idle_minutes: int = Field(60, description="... for this long (a multiple of 5, up to 1440)")
+    max_gpu_temperature_c: float = Field(85, description="Temperature alarm threshold, degrees Celsius")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _FLEET_NAME.fullmatch(value):
+            raise ValueError("must match [a-z][a-z0-9-]{0,30} (part of the auto scaling group name)")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance(cls, value: str) -> str:
+        from gpu_constructs.catalog import require_nvidia_gpu
+
+        require_nvidia_gpu(value, where="fleets.groups[].instance_type", usage="ec2")
+        return value
+
+    @field_validator("datasets_prefix", "artifacts_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]*", value):
+            raise ValueError("must be a relative S3 key prefix such as 'imagenet/' ('' = the whole bucket)")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> FleetGroupConfig:
+        from gpu_constructs.catalog import lookup, require_efa
+
+        where = f"fleets.groups[{self.name}]"
+        if self.max_capacity < 1 or not 0 <= self.min_capacity <= self.max_capacity:
+            raise ValueError(
+                f"min_capacity: {self.min_capacity}, max_capacity: {self.max_capacity}; "
+                "allowed: 0 <= min_capacity <= max_capacity and max_capacity >= 1"
+            )
+        if self.desired_capacity is not None and not self.min_capacity <= self.desired_capacity <= self.max_capacity:
+            raise ValueError(
+                f"desired_capacity: {self.desired_capacity}; allowed: null or {self.min_capacity}..{self.max_capacity}"
+            )
+        it = lookup(self.instance_type)
+        image = self.image.image(it.cpu_arch)
+        image.check_instance_type(self.instance_type, where=where)
+        spot_types = self.spot.instance_types if self.spot else ()
+        for other in spot_types:
+            other_it = image.check_instance_type(other, where=where, param="spot.instance_types[]")
+            if other_it.nvidia_gpu_count != it.nvidia_gpu_count:
+                raise ValueError(
+                    f"spot.instance_types: {other!r} has {other_it.nvidia_gpu_count} GPU(s); allowed: types with "
+                    f"{it.nvidia_gpu_count} GPU(s) like {self.instance_type!r}"
+                )
+        if self.efa:
+            require_efa(self.instance_type, where=where)
+            for other in spot_types:
+                if require_efa(other, where=where, param="spot.instance_types[]").efa_interfaces != it.efa_interfaces:
+                    raise ValueError(
+                        f"spot.instance_types: {other!r} has another number of EFA interfaces than "
+                        f"{self.instance_type!r} ({it.efa_interfaces}); allowed: types with the same count"
+                    )
+        if not 100 <= self.root_volume_gib <= 16384:
+            raise ValueError(f"root_volume_gib: {self.root_volume_gib}; allowed: 100..16384")
+        if self.data_volume_gib is not None and not 1 <= self.data_volume_gib <= 16384:
+            raise ValueError(f"data_volume_gib: {self.data_volume_gib}; allowed: null or 1..16384")
+        if not 0 <= self.idle_gpu_pct <= 100:
+            raise ValueError(f"idle_gpu_pct: {self.idle_gpu_pct}; allowed: 0..100")
+        if self.idle_minutes % 5 or not 5 <= self.idle_minutes <= 1440:
+            raise ValueError(f"idle_minutes: {self.idle_minutes}; allowed: a multiple of 5 from 5 to 1440")
+        if not 30 <= self.max_gpu_temperature_c <= 120:
+            raise ValueError(f"max_gpu_temperature_c: {self.max_gpu_temperature_c}; allowed: 30..120")
+        if self.availability_zone is not None and not self.placement_group:
+            raise ValueError("availability_zone is set but placement_group is false; allowed: null")
+        return self
+
+
+class NotebookConfig(_Model):
+    """One SageMaker notebook instance (<resource_prefix>-<name>) on a GPU type, checked at every start."""
+
+    name: str = Field(description="Notebook name, [a-z][a-z0-9-]{0,30}; the instance is <resource_prefix>-<name>")
+    instance_type: str = Field("ml.g5.xlarge", description="SageMaker notebook type with the 'ml.' prefix")
+    gpu: bool = Field(True, description="Require an NVIDIA GPU (a CPU type is then an error naming GPU types)")
+    volume_gib: int = Field(50, description="ML storage volume, GiB (5-16384), KMS-encrypted")
+    gpuctl_package_key: str | None = Field(
+        None, description="Artifacts-bucket key of the gpuctl wheel the start script installs (null: preinstalled)"
+    )
+    mount_lustre: bool = Field(False, description="Mount the FSx for Lustre file system at start")
+    datasets_prefix: str = Field("", description="Datasets-bucket prefix the notebook may read ('' = all)")
+    artifacts_prefix: str = Field("notebooks/", description="Artifacts-bucket prefix the notebook may write")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _FLEET_NAME.fullmatch(value):
+            raise ValueError("must match [a-z][a-z0-9-]{0,30} (part of the notebook instance name)")
+        return value
+
+    @field_validator("volume_gib")
+    @classmethod
+    def _volume(cls, value: int) -> int:
+        if not 5 <= value <= 16384:
+            raise ValueError("allowed: 5..16384 GiB")
+        return value
+
+    @field_validator("gpuctl_package_key")
+    @classmethod
+    def _package(cls, value: str | None) -> str | None:
+        if value is not None and (
+            value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=+-]+\.whl", value)
+        ):
+            raise ValueError(
+                "must be an artifacts-bucket key of a wheel, e.g. 'tools/gpu_platform-0.1.0-py3-none-any.whl'"
+            )
+        return value
+
+    @field_validator("datasets_prefix", "artifacts_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]*", value):
+            raise ValueError("must be a relative S3 key prefix such as 'notebooks/'")
+        return value
+
+    @model_validator(mode="after")
+    def _instance(self) -> NotebookConfig:
+        from gpu_constructs.catalog import lookup, require_nvidia_gpu
+
+        where = f"fleets.notebooks[{self.name}].instance_type"
+        if self.gpu:
+            require_nvidia_gpu(self.instance_type, where=where, usage="notebook")
+        elif not self.instance_type.startswith("ml.") or not lookup(self.instance_type, where=where).valid_for(
+            "notebook"
+        ):
+            raise ValueError(f"instance_type: {self.instance_type!r}; allowed: an ml.* SageMaker notebook type")
+        if not self.artifacts_prefix:
+            raise ValueError("artifacts_prefix: ''; allowed: a non-empty prefix such as 'notebooks/'")
+        return self
+
+
+class FleetsConfig(_Model):
+    """EC2 GPU fleets on Deep Learning AMIs and GPU notebook instances (fleets stack)."""
+
+    groups: tuple[FleetGroupConfig, ...] = Field((), description="EC2 GPU fleets (auto scaling groups)")
+    notebooks: tuple[NotebookConfig, ...] = Field((), description="SageMaker GPU notebook instances")
+    log_retention_days: Retention = Field(30, description="Retention of the fleets' boot and kernel logs")
+    notification_emails: tuple[str, ...] = Field(
+        (), description="E-mail addresses subscribed to the fleets' scaling notifications and alarms"
+    )
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        return _check_retention(value)
+
+    @field_validator("notification_emails")
+    @classmethod
+    def _emails(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [v for v in value if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", v)]
+        if bad:
+            raise ValueError(f"{bad} are not e-mail addresses; allowed: addresses such as ml-team@example.com")
+        return value
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetsConfig:
+        names = [g.name for g in self.groups] + [n.name for n in self.notebooks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"names {dupes} are used more than once; allowed: one fleet or notebook per name")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.groups or self.notebooks)
+
+
+_ENDPOINT_KEY = re.compile(r"[a-z0-9](-?[a-z0-9]){0,29}")
+_WEEK_DAYS = re.compile(r"(MON|TUE|WED|THU|FRI|SAT|SUN)([-,](MON|TUE|WED|THU|FRI|SAT|SUN))*")
+_S3_MODEL_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/\S+\.tar\.gz")
+
+
+class EndpointBatchingConfig(_Model):
+    """Dynamic batching of the inference server (environment variables of the model)."""
+
+    max_batch_size: int = Field(32, description="Most rows per forward pass (1-4096; 1 turns batching off)")
+    max_batch_delay_ms: int = Field(5, description="Longest wait for a batch to fill, milliseconds (0-10000)")
+
+    @field_validator("max_batch_size")
+    @classmethod
+    def _size(cls, value: int) -> int:
+        if not 1 <= value <= 4096:
+            raise ValueError("allowed: 1..4096")
+        return value
+
+    @field_validator("max_batch_delay_ms")
+    @classmethod
+    def _delay(cls, value: int) -> int:
+        if not 0 <= value <= 10_000:
+            raise ValueError("allowed: 0..10000 milliseconds")
+        return value
+
+
+class EndpointDataCaptureConfig(_Model):
+    """Capture of requests and responses to s3://<artifacts>/data-capture/<endpoint>/ (KMS)."""
+
+    sampling_percentage: int = Field(100, description="Share of requests captured, 0-100")
+    capture_input: bool = Field(True, description="Capture request bodies")
+    capture_output: bool = Field(True, description="Capture response bodies")
+
+    @field_validator("sampling_percentage")
+    @classmethod
+    def _pct(cls, value: int) -> int:
+        if not 0 <= value <= 100:
+            raise ValueError("allowed: 0..100")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> EndpointDataCaptureConfig:
+        if not (self.capture_input or self.capture_output):
+            raise ValueError("capture_input and capture_output are both false; allowed: at least one true")
+        return self
+
+
+class EndpointAsyncConfig(_Model):
+    """Asynchronous inference: requests and responses in s3://<artifacts>/async/<endpoint>/, SNS notices."""
+
+    max_concurrent_invocations_per_instance: int | None = Field(
+        None, description="Requests sent to one container at once, 1-1000 (null: SageMaker chooses)"
+    )
+    notifications: bool = Field(True, description="Create success and error SNS topics (KMS-encrypted)")
+    include_response_in_notifications: bool = Field(
+        False, description="Put responses up to 128 KB into the notifications"
+    )
+
+    @field_validator("max_concurrent_invocations_per_instance")
+    @classmethod
+    def _concurrency(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 1000:
+            raise ValueError("allowed: null or 1..1000")
+        return value
+
+    @model_validator(mode="after")
+    def _response(self) -> EndpointAsyncConfig:
+        if self.include_response_in_notifications and not self.notifications:
+            raise ValueError(
+                "include_response_in_notifications: true needs notifications: true (the topics carry the response)"
+            )
+        return self
+
+
+class EndpointDeploymentConfig(_Model):
+    """Blue/green deployment of a change (new model, image or instance type) with automatic rollback."""
+
+    traffic: Literal["all_at_once", "canary", "linear"] = Field(
+        "all_at_once", description="How traffic moves to the new fleet: all_at_once, canary or linear"
+    )
+    step_percent: int | None = Field(
+        None, description="canary: canary size 1-50 % (default 10); linear: step 10-50 % (default 25)"
+    )
+    wait_minutes: int = Field(5, description="Bake time after each shift, minutes (0-60); alarms are watched")
+    termination_wait_minutes: int = Field(0, description="Keep the old fleet this long after the shift (0-60)")
+    max_execution_timeout_minutes: int | None = Field(
+        None, description="Deployment time limit, minutes (10-480; default: bake times + model start-up + 10)"
+    )
+    auto_rollback: bool = Field(True, description="Roll back when a rollback alarm fires during the deployment")
+
+    @field_validator("wait_minutes", "termination_wait_minutes")
+    @classmethod
+    def _minutes(cls, value: int) -> int:
+        if not 0 <= value <= 60:
+            raise ValueError("allowed: 0..60 minutes")
+        return value
+
+    @field_validator("max_execution_timeout_minutes")
+    @classmethod
+    def _timeout(cls, value: int | None) -> int | None:
+        if value is not None and not 10 <= value <= 480:
+            raise ValueError("allowed: null or 10..480 minutes")
+        return value
+
+    @model_validator(mode="after")
+    def _step(self) -> EndpointDeploymentConfig:
+        step = self.step_percent
+        if self.traffic == "all_at_once" and step is not None:
+            raise ValueError(f"step_percent: {step} is not used by traffic 'all_at_once'; allowed: null")
+        if self.traffic == "canary" and step is not None and not 1 <= step <= 50:
+            raise ValueError(f"step_percent: {step} is not a canary size; allowed: 1..50 (% of capacity)")
+        if self.traffic == "linear" and step is not None and not 10 <= step <= 50:
+            raise ValueError(f"step_percent: {step} is not a linear step; allowed: 10..50 (% of capacity)")
+        return self
+
+    @property
+    def step(self) -> int | None:
+        if self.traffic == "all_at_once":
+            return None
+        return self.step_percent or (10 if self.traffic == "canary" else 25)
+
+
+class EndpointAlarmsConfig(_Model):
+    """Alarm thresholds: they notify the alarm topic and roll deployments back."""
+
+    max_5xx_percent: float = Field(1.0, description="5xx responses, % of invocations (0-100]")
+    max_model_latency_p99_ms: float = Field(1000, description="ModelLatency p99, milliseconds (> 0)")
+    max_gpu_memory_percent: float = Field(90, description="GPU memory used, % per GPU (0-100]")
+    evaluation_periods: int = Field(3, description="One-minute periods evaluated (1-60)")
+    datapoints_to_alarm: int = Field(2, description="Breaching periods among them that fire the alarm")
+
+    @field_validator("max_5xx_percent", "max_gpu_memory_percent")
+    @classmethod
+    def _pct(cls, value: float) -> float:
+        if not 0 < value <= 100:
+            raise ValueError("allowed: a percentage in (0, 100]")
+        return value
+
+    @field_validator("max_model_latency_p99_ms")
+    @classmethod
+    def _latency(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("allowed: a positive number of milliseconds")
+        return value
+
+    @model_validator(mode="after")
+    def _periods(self) -> EndpointAlarmsConfig:
+        if not 1 <= self.evaluation_periods <= 60:
+            raise ValueError(f"evaluation_periods: {self.evaluation_periods} is not allowed; allowed: 1..60")
+        if not 1 <= self.datapoints_to_alarm <= self.evaluation_periods:
+            raise ValueError(
+                f"datapoints_to_alarm: {self.datapoints_to_alarm} is not allowed; "
+                f"allowed: 1..evaluation_periods ({self.evaluation_periods})"
+            )
+        return self
+
+
+class EndpointAutoscalingConfig(_Model):
+    """Target tracking on the variant's instance count."""
+
+    metric: Literal["invocations_per_instance", "gpu_utilization", "backlog_per_instance"] = Field(
+        description="invocations_per_instance (per minute), gpu_utilization (% per GPU) or backlog_per_instance "
+        "(async endpoints)"
+    )
+    target: float = Field(description="Target value of the metric (> 0; at most 100 for gpu_utilization)")
+    min_capacity: int = Field(description="Fewest instances (0 only for async endpoints: scale to zero)")
+    max_capacity: int = Field(description="Most instances (>= min_capacity)")
+    scale_in_cooldown_seconds: int = Field(300, description="Wait after a scale-in, seconds (0-3600)")
+    scale_out_cooldown_seconds: int = Field(60, description="Wait after a scale-out, seconds (0-3600)")
+
+    @field_validator("scale_in_cooldown_seconds", "scale_out_cooldown_seconds")
+    @classmethod
+    def _cooldown(cls, value: int) -> int:
+        if not 0 <= value <= 3600:
+            raise ValueError("allowed: 0..3600 seconds")
+        return value
+
+    @model_validator(mode="after")
+    def _range(self) -> EndpointAutoscalingConfig:
+        if self.min_capacity < 0 or self.max_capacity < 1:
+            raise ValueError(
+                f"min_capacity: {self.min_capacity}, max_capacity: {self.max_capacity} are not allowed; "
+                "allowed: min_capacity >= 0 and max_capacity >= 1"
+            )
+        if self.min_capacity > self.max_capacity:
+            raise ValueError(
+                f"min_capacity: {self.min_capacity} is greater than max_capacity: {self.max_capacity}; "
+                "allowed: min_capacity <= max_capacity"
+            )
+        if self.target <= 0 or (self.metric == "gpu_utilization" and self.target > 100):
+            high = "100 (% per GPU)" if self.metric == "gpu_utilization" else "any positive number"
+            raise ValueError(f"target: {self.target} is not allowed for {self.metric}; allowed: > 0 and <= {high}")
+        return self
+
+
+class EndpointOffHoursConfig(_Model):
+    """Scale the endpoint down outside working hours (scheduled actions)."""
+
+    time_zone: str = Field("UTC", description="IANA time zone of the hours, e.g. Europe/Berlin")
+    start_hour: int = Field(7, description="Working hours start (0-23): capacity returns to normal")
+    end_hour: int = Field(19, description="Working hours end (0-23): capacity drops to `capacity`")
+    week_days: str = Field("MON-FRI", description="Working days, cron day-of-week (MON-FRI, MON,WED,FRI)")
+    capacity: int = Field(1, description="Instances outside working hours (0 only for async endpoints)")
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        import zoneinfo
+
+        if value not in zoneinfo.available_timezones():
+            raise ValueError("allowed: an IANA time zone such as UTC, Europe/Berlin or America/New_York")
+        return value
+
+    @field_validator("start_hour", "end_hour")
+    @classmethod
+    def _hour(cls, value: int) -> int:
+        if not 0 <= value <= 23:
+            raise ValueError("allowed: 0..23")
+        return value
+
+    @field_validator("week_days")
+    @classmethod
+    def _days(cls, value: str) -> str:
+        if not _WEEK_DAYS.fullmatch(value):
+            raise ValueError("allowed: a cron day-of-week field such as MON-FRI or MON,WED,FRI")
+        return value
+
+    @model_validator(mode="after")
+    def _hours(self) -> EndpointOffHoursConfig:
+        if self.start_hour == self.end_hour:
+            raise ValueError(f"end_hour: {self.end_hour} equals start_hour; allowed: a different hour")
+        if self.capacity < 0:
+            raise ValueError(f"capacity: {self.capacity} is not allowed; allowed: >= 0")
+        return self
+
+
+class EndpointConfig(_Model):
+    """One SageMaker endpoint (inference stack), named <resource_prefix>-<key>."""
+
+    model_data: str = Field(
+        description="The model.tar.gz: a key in the artifacts bucket (models/<name>/<version>/model.tar.gz), an "
+        "s3://bucket/key.tar.gz URI, or ssm:<parameter name> (the URI stored there, read at each deploy)"
+    )
+    model_data_prefix: str = Field(
+        "output/", description="ssm: model_data only: the artifacts-bucket prefix the parameter's URIs are under"
+    )
+    instance_type: str = Field("ml.g5.xlarge", description="ml.* hosting type from the GPU catalog")
+    cpu_variant: bool = Field(False, description="Declare a CPU-only variant (then a CPU type is allowed)")
+    instance_count: int = Field(1, description="Initial instances (>= 1; production: 2+ to survive an AZ outage)")
+    volume_size_gb: int | None = Field(
+        None, description="EBS ML storage volume, GB (1-512), only for types without local NVMe"
+    )
+    model_download_timeout_seconds: int = Field(1200, description="Model download and extract limit (60-3600 s)")
+    startup_health_check_timeout_seconds: int = Field(600, description="Container start-up /ping limit (60-3600 s)")
+    network_isolation: bool = Field(True, description="No network access for the container")
+    batching: EndpointBatchingConfig | None = Field(
+        default_factory=lambda: EndpointBatchingConfig(), description="Server batching; null: image defaults"
+    )
+    environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment variables")
+    data_capture: EndpointDataCaptureConfig | None = Field(None, description="Request/response capture (null: off)")
+    async_inference: EndpointAsyncConfig | None = Field(None, description="Asynchronous endpoint (null: real-time)")
+    deployment: EndpointDeploymentConfig = Field(default_factory=lambda: EndpointDeploymentConfig())
+    alarms: EndpointAlarmsConfig = Field(default_factory=lambda: EndpointAlarmsConfig())
+    autoscaling: EndpointAutoscalingConfig | None = Field(None, description="Target tracking (null: fixed count)")
+    off_hours: EndpointOffHoursConfig | None = Field(None, description="Scale down outside working hours")
+
+    @field_validator("model_data")
+    @classmethod
+    def _model_data(cls, value: str) -> str:
+        if value.startswith("ssm:"):
+            name = value[4:]
+            if not re.fullmatch(r"/?[a-zA-Z0-9_.\-/]{1,2047}", name):
+                raise ValueError("allowed: ssm:<parameter name>, e.g. ssm:/gpu-prod/models/classifier/latest")
+            return value
+        if value.startswith("s3://"):
+            if not _S3_MODEL_URI.fullmatch(value):
+                raise ValueError("allowed: s3://<bucket>/<key>.tar.gz")
+            return value
+        if value.startswith("/") or ".." in value or not value.endswith(".tar.gz"):
+            raise ValueError(
+                "allowed: a relative key of the artifacts bucket ending in .tar.gz, e.g. "
+                "models/classifier/v3/model.tar.gz; or s3://bucket/key.tar.gz; or ssm:<parameter>"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+            raise ValueError("allowed: S3 key characters A-Z a-z 0-9 !_.*'()/=-")
+        return value
+
+    @field_validator("instance_count")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("allowed: 1 or more")
+        return value
+
+    @field_validator("model_download_timeout_seconds", "startup_health_check_timeout_seconds")
+    @classmethod
+    def _timeouts(cls, value: int) -> int:
+        if not 60 <= value <= 3600:
+            raise ValueError("allowed: 60..3600 seconds")
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"variable names {bad} are not allowed; allowed: [a-zA-Z_][a-zA-Z0-9_]*")
+        if len(value) > 98:
+            raise ValueError("allowed: at most 98 variables (SageMaker allows 100, batching uses 2)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistency(self) -> EndpointConfig:
+        from gpu_constructs.catalog import lookup, require_nvidia_gpu
+
+        if self.cpu_variant:
+            it = lookup(self.instance_type, where="instance_type")
+            if self.instance_type != it.sagemaker_name or not it.valid_for("hosting"):
+                raise ValueError(
+                    f"instance_type: {self.instance_type!r} is not a SageMaker hosting type; "
+                    f"allowed: an ml.* type valid for hosting such as {it.sagemaker_name!r}"
+                )
+        else:
+            it = require_nvidia_gpu(self.instance_type, where="instance_type", usage="hosting")
+        if self.volume_size_gb is not None:
+            if it.has_local_nvme:
+                raise ValueError(
+                    f"volume_size_gb: {self.volume_size_gb} is not allowed for {self.instance_type} (it has "
+                    f"{it.local_nvme_gb} GB of local NVMe that SageMaker uses instead); allowed: null"
+                )
+            if not 1 <= self.volume_size_gb <= 512:
+                raise ValueError(f"volume_size_gb: {self.volume_size_gb} is not allowed; allowed: 1..512")
+        is_async = self.async_inference is not None
+        scaling = self.autoscaling
+        if scaling is not None:
+            allowed = (
+                ("gpu_utilization", "backlog_per_instance")
+                if is_async
+                else ("invocations_per_instance", "gpu_utilization")
+            )
+            kind = "an async" if is_async else "a real-time"
+            if scaling.metric not in allowed:
+                raise ValueError(
+                    f"autoscaling.metric: {scaling.metric!r} is not allowed for {kind} endpoint; "
+                    f"allowed: {', '.join(allowed)}"
+                )
+            if scaling.metric == "gpu_utilization" and self.cpu_variant:
+                raise ValueError("autoscaling.metric: 'gpu_utilization' is not allowed for a CPU variant")
+            if scaling.min_capacity == 0 and not is_async:
+                raise ValueError(
+                    "autoscaling.min_capacity: 0 is not allowed for a real-time endpoint; allowed: 1 or more "
+                    "(scale to zero is only for async endpoints)"
+                )
+            if scaling.min_capacity == 0 and scaling.metric != "backlog_per_instance":
+                raise ValueError(
+                    f"autoscaling.metric: {scaling.metric!r} cannot wake an endpoint scaled to zero; "
+                    "allowed: backlog_per_instance when min_capacity is 0"
+                )
+            if not max(scaling.min_capacity, 1) <= self.instance_count <= scaling.max_capacity:
+                raise ValueError(
+                    f"instance_count: {self.instance_count} is outside the autoscaling range; allowed: "
+                    f"{max(scaling.min_capacity, 1)}..{scaling.max_capacity}"
+                )
+        step = self.deployment.step
+        if step is not None and self.instance_count < 2:
+            raise ValueError(
+                f"deployment.traffic: {self.deployment.traffic!r} needs instance_count >= 2 (a {step} % step "
+                "cannot be carved out of one instance); allowed: all_at_once for a single instance"
+            )
+        if self.off_hours is not None:
+            low = 0 if is_async else 1
+            high = scaling.max_capacity if scaling else self.instance_count
+            if not low <= self.off_hours.capacity <= high:
+                raise ValueError(
+                    f"off_hours.capacity: {self.off_hours.capacity} is not allowed; allowed: {low}..{high}"
+                )
+        return self
+
+
+class InferenceConfig(_Model):
+    """SageMaker GPU endpoints (inference stack)."""
+
+    enabled: bool = Field(False, description="Create the inference stack")
+    alarm_emails: tuple[str, ...] = Field((), description="E-mail addresses subscribed to the alarm topic")
+    endpoints: dict[str, EndpointConfig] = Field(
+        default_factory=dict, description="Endpoints by key (1-30 lowercase letters, digits, single hyphens)"
+    )
+
+    @field_validator("endpoints")
+    @classmethod
+    def _keys(cls, value: dict[str, EndpointConfig]) -> dict[str, EndpointConfig]:
+        bad = [k for k in value if not _ENDPOINT_KEY.fullmatch(k)]
+        if bad:
+            raise ValueError(f"endpoint keys {bad} are not allowed; allowed: 1-30 lowercase letters, digits, hyphens")
+        return value
+
+    @field_validator("alarm_emails")
+    @classmethod
+    def _emails(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [e for e in value if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", e)]
+        if bad:
+            raise ValueError(f"{bad} are not e-mail addresses")
+        return value
+
+    @model_validator(mode="after")
+    def _enabled(self) -> InferenceConfig:
+        if self.enabled and not self.endpoints:
+            raise ValueError("enabled: true needs at least one entry under endpoints")
+        return self
+
+
+class OidcDeployConfig(_Model):
+    """An IAM role that an external GitOps runner (GitHub Actions, GitLab CI, other OIDC) assumes to deploy."""
+
+    issuer: Literal["github", "gitlab", "custom"] = Field("github", description="OIDC issuer preset")
+    issuer_url: str | None = Field(None, description="custom issuer only: its https URL")
+    audience: str | None = Field(None, description="custom issuer only: the aud claim to require")
+    subjects: tuple[str, ...] = Field(
+        description="Exact sub claims to trust, e.g. repo:OWNER/REPO:environment:prod (no wildcards, no PRs)"
+    )
+    provider_arn: str | None = Field(
+        None, description="ARN of the account's existing OIDC provider for the issuer; null creates one"
+    )
+    cdk_qualifier: str = Field("hnb659fds", description="Qualifier the target account was bootstrapped with")
+
+    @field_validator("subjects")
+    @classmethod
+    def _subjects(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("list at least one exact subject claim")
+        wild = [v for v in value if "*" in v or "?" in v]
+        if wild:
+            raise ValueError(f"wildcard subject(s) {wild} would trust any branch or repository; list exact subjects")
+        return value
+
+    @field_validator("cdk_qualifier")
+    @classmethod
+    def _qualifier(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,10}", value):
+            raise ValueError("must be 1-10 letters, digits, '_' or '-' (cdk bootstrap --qualifier)")
+        return value
+
+    @field_validator("provider_arn")
+    @classmethod
+    def _provider(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/[^\s*]+", value):
+            raise ValueError("must be an IAM OIDC provider ARN (arn:aws:iam::ACCOUNT:oidc-provider/HOST) or null")
+        return value
+
+
+class GitOpsConfig(_Model):
+    """How this environment is delivered from git."""
+
+    oidc_deploy_role: OidcDeployConfig | None = Field(
+        None, description="Deploy role for an external runner (GitHub Actions, GitLab CI); null: none"
+    )
+    oidc_diff_role: OidcDeployConfig | None = Field(
+        None,
+        description="Read-only role for `cdk diff` on pull requests (may assume only the CDK lookup role); null: none",
+    )
+
+
 class EnvConfig(_Model):
     """One deployment environment."""
 
@@ -209,6 +1361,12 @@ class EnvConfig(_Model):
     tags: dict[str, str] = Field(default_factory=dict, description="Tags applied to every resource")
     network: NetworkConfig = Field(default_factory=lambda: NetworkConfig())
     data: DataConfig = Field(default_factory=lambda: DataConfig())
+    file_systems: FileSystemsConfig = Field(default_factory=lambda: FileSystemsConfig())
+    images: ImagesConfig = Field(default_factory=lambda: ImagesConfig())
+    training: TrainingConfig = Field(default_factory=lambda: TrainingConfig())
+    fleets: FleetsConfig = Field(default_factory=lambda: FleetsConfig())
+    inference: InferenceConfig = Field(default_factory=lambda: InferenceConfig())
+    gitops: GitOpsConfig = Field(default_factory=lambda: GitOpsConfig())
 
     @field_validator("account")
     @classmethod

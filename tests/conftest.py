@@ -56,3 +56,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory):
         return _CACHE[env]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def synthesize_fresh():
+    """The uncached ``synthesize(env, outdir)`` (for determinism checks)."""
+    return synthesize

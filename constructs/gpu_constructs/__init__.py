@@ -22,6 +22,40 @@ _EXPORTS: dict[str, str] = {
     "GpuNetwork": "gpu_constructs.network",
     "PlatformStorage": "gpu_constructs.storage",
     "SecureBucket": "gpu_constructs.storage",
+    "GpuLustreFileSystem": "gpu_constructs.fsx",
+    "LustreDataRepository": "gpu_constructs.fsx",
+    "LustreSizing": "gpu_constructs.fsx_facts",
+    "size_lustre": "gpu_constructs.fsx_facts",
+    "sagemaker_channel": "gpu_constructs.fsx_facts",
+    "GpuEfsFileSystem": "gpu_constructs.efs",
+    "GpuImage": "gpu_constructs.images",
+    "SecureRepository": "gpu_constructs.images",
+    "DlamiImage": "gpu_constructs.dlami",
+    "FleetSpotOptions": "gpu_constructs.fleet",
+    "GpuFleet": "gpu_constructs.fleet",
+    "LustreFileSystemLike": "gpu_constructs.fleet",
+    "GpuNotebook": "gpu_constructs.notebook",
+    "TrainingPipeline": "gpu_constructs.training",
+    "PrepareOptions": "gpu_constructs.training",
+    "AlarmThresholds": "gpu_constructs.training",
+    "TrainingJobSpec": "gpu_constructs.training_spec",
+    "ShardingJobSpec": "gpu_constructs.training_spec",
+    "S3Channel": "gpu_constructs.training_spec",
+    "FsxChannel": "gpu_constructs.training_spec",
+    "GpuEndpoint": "gpu_constructs.endpoint",
+    "ModelData": "gpu_constructs.endpoint",
+    "Batching": "gpu_constructs.endpoint",
+    "BatchingEnv": "gpu_constructs.endpoint",
+    "DataCapture": "gpu_constructs.endpoint",
+    "AsyncInference": "gpu_constructs.endpoint",
+    "BlueGreenDeployment": "gpu_constructs.endpoint",
+    "EndpointAlarms": "gpu_constructs.endpoint",
+    "EndpointAutoscaling": "gpu_constructs.endpoint",
+    "OffHoursSchedule": "gpu_constructs.endpoint",
+    "InferenceImage": "gpu_constructs.endpoint",
+    "GPU_SERVE_BATCHING_ENV": "gpu_constructs.endpoint",
+    "TORCHSERVE_BATCHING_ENV": "gpu_constructs.endpoint",
+    "monitoring_key": "gpu_constructs.endpoint",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -47,6 +81,31 @@ if TYPE_CHECKING:
         FLEET_SUBNETS,
         TRAINING_SUBNETS,
     )
+    from gpu_constructs.dlami import DlamiImage
+    from gpu_constructs.efs import GpuEfsFileSystem
+    from gpu_constructs.endpoint import (
+        GPU_SERVE_BATCHING_ENV,
+        TORCHSERVE_BATCHING_ENV,
+        AsyncInference,
+        Batching,
+        BatchingEnv,
+        BlueGreenDeployment,
+        DataCapture,
+        EndpointAlarms,
+        EndpointAutoscaling,
+        GpuEndpoint,
+        InferenceImage,
+        ModelData,
+        OffHoursSchedule,
+        monitoring_key,
+    )
     from gpu_constructs.errors import ValidationError
+    from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike
+    from gpu_constructs.fsx import GpuLustreFileSystem, LustreDataRepository
+    from gpu_constructs.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
+    from gpu_constructs.images import GpuImage, SecureRepository
     from gpu_constructs.network import GpuNetwork
+    from gpu_constructs.notebook import GpuNotebook
     from gpu_constructs.storage import PlatformStorage, SecureBucket
+    from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingPipeline
+    from gpu_constructs.training_spec import FsxChannel, S3Channel, ShardingJobSpec, TrainingJobSpec

@@ -1,0 +1,280 @@
+"""Dynamic micro-batching: one model thread turns concurrent requests into few, large forward passes.
+
+Request threads decode their own bodies (``input_fn``) and :meth:`DynamicBatcher.submit` the tensor. The
+model thread takes the oldest request and waits until ``max_batch_size`` rows are queued, or the oldest has
+waited ``max_batch_delay``, or no other admitted request is still being decoded (waiting could then only
+add latency). It then groups the queued tensors by (trailing shape, dtype, device), runs one
+``torch.cat`` -> ``predict_fn`` per group, moves the output to the CPU once, and splits it back into one
+slice per request by row counts. ``output_fn`` runs in each request's own thread.
+
+Failure isolation: when a batched ``predict_fn`` raises, or its output cannot be split by rows, each
+request of that group is re-run on its own, so only the request that really fails gets the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpu_serve.handler import Handler
+
+BatchCallback = Callable[[int, int, float, int], None]
+"""``on_batch(rows, requests, model_latency_ms, still_queued)``, called after every forward pass."""
+
+ErrorCallback = Callable[[str, BaseException, str], None]
+"""``on_error(message, exception, traceback_text)``, for failures the model thread recovers from."""
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What a request gets back: its rows of the prediction and how its batch went."""
+
+    prediction: Any
+    model_latency_ms: float
+    batch_size: int
+    batch_requests: int
+    queue_ms: float
+
+
+class _Job:
+    __slots__ = ("call", "data", "enqueued", "future", "key", "rows")
+
+    def __init__(self, data: Any, call: Callable[[], Any] | None) -> None:
+        self.data = data
+        self.call = call
+        self.enqueued = time.monotonic()
+        self.future: Future[BatchResult] = Future()
+        if call is None and isinstance(data, torch.Tensor) and data.dim() >= 1:
+            self.key: tuple[Any, ...] | None = (tuple(data.shape[1:]), data.dtype, data.device)
+            self.rows = int(data.shape[0])
+        else:  # not a batchable tensor: runs alone
+            self.key = None
+            self.rows = 1
+
+
+def split_rows(output: Any, sizes: Sequence[int]) -> list[Any] | None:
+    """Split a batched prediction into per-request parts of ``sizes`` rows; ``None`` if it is not row-aligned.
+
+    Handles a tensor or array with a leading batch dim, a list/tuple/dict of those, and a plain list with one
+    element per row.
+    """
+    total = sum(sizes)
+    if isinstance(output, torch.Tensor):
+        if output.dim() == 0 or output.shape[0] != total:
+            return None
+        return list(torch.split(output, list(sizes)))
+    if isinstance(output, np.ndarray):
+        if output.ndim == 0 or output.shape[0] != total:
+            return None
+        return list(np.split(output, np.cumsum(sizes)[:-1]))
+    if isinstance(output, dict):
+        per_key = {k: split_rows(v, sizes) for k, v in output.items()}
+        if not per_key or any(v is None for v in per_key.values()):
+            return None
+        return [{k: v[i] for k, v in per_key.items() if v is not None} for i in range(len(sizes))]
+    if isinstance(output, (list, tuple)):
+        if output and all(isinstance(v, (torch.Tensor, np.ndarray, dict)) for v in output):
+            parts = [split_rows(v, sizes) for v in output]
+            if all(p is not None for p in parts):
+                return [type(output)(p[i] for p in parts if p is not None) for i in range(len(sizes))]
+        if len(output) == total:
+            bounds = np.cumsum([0, *sizes])
+            return [output[int(a) : int(b)] for a, b in itertools.pairwise(bounds)]
+    return None
+
+
+def to_cpu(value: Any) -> Any:
+    """Tensors (and tensors inside lists, tuples, dicts) moved to the CPU, one copy each."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu() if value.device.type != "cpu" else value
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+class DynamicBatcher:
+    """Gathers concurrent requests into batches and runs them on one model thread."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_batch_size: int,
+        max_batch_delay_s: float,
+        on_batch: BatchCallback | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        self._handler = handler
+        self._max_rows = max(1, max_batch_size)
+        self._max_delay = max(0.0, max_batch_delay_s)
+        self._on_batch = on_batch
+        self._on_error = on_error
+        self._cond = threading.Condition()
+        self._queue: deque[_Job] = deque()
+        self._queued_rows = 0
+        self._arriving = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="gpu-serve-model", daemon=True)
+        self._unsplittable_warned = False
+
+    # -- request side -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def expect(self) -> None:
+        """A request was admitted and will :meth:`submit` (or :meth:`abandon`) soon: worth waiting for."""
+        with self._cond:
+            self._arriving += 1
+
+    def abandon(self) -> None:
+        """An expected request failed before submitting (bad input)."""
+        with self._cond:
+            self._arriving = max(0, self._arriving - 1)
+            self._cond.notify()
+
+    def submit(self, data: Any, *, expected: bool = True) -> Future[BatchResult]:
+        """Queue decoded input; the future resolves to a :class:`BatchResult` (or the predict_fn error)."""
+        return self._put(_Job(data, None), expected)
+
+    def submit_call(self, call: Callable[[], Any], *, expected: bool = True) -> Future[BatchResult]:
+        """Run ``call()`` alone on the model thread (a ``transform_fn`` request); its result is the output."""
+        return self._put(_Job(None, call), expected)
+
+    def _put(self, job: _Job, expected: bool) -> Future[BatchResult]:
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the model thread is stopping")
+            if expected:
+                self._arriving = max(0, self._arriving - 1)
+            self._queue.append(job)
+            self._queued_rows += job.rows
+            self._cond.notify()
+        return job.future
+
+    @property
+    def queue_depth(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Finish what is queued, then end the model thread; True when it ended within ``timeout``."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- model thread -------------------------------------------------------------------------------------
+    def _next_batch(self) -> list[_Job]:
+        with self._cond:
+            while not self._queue:
+                if self._stopping:
+                    return []
+                self._cond.wait()
+            first = self._queue[0]
+            if first.key is not None and self._max_rows > 1:
+                deadline = first.enqueued + self._max_delay
+                while self._queued_rows < self._max_rows and self._arriving > 0 and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+            batch = [self._queue.popleft()]
+            rows = batch[0].rows
+            if batch[0].key is not None:
+                while self._queue:
+                    nxt = self._queue[0]
+                    if nxt.key is None or rows + nxt.rows > self._max_rows:
+                        break
+                    batch.append(self._queue.popleft())
+                    rows += nxt.rows
+            self._queued_rows -= rows
+            return batch
+
+    def _run(self) -> None:
+        self._handler.init_thread()
+        while True:
+            batch = self._next_batch()
+            if not batch:
+                return
+            started = time.monotonic()
+            live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            groups: dict[Any, list[_Job]] = {}
+            for job in live:
+                if job.key is None:
+                    self._run_alone(job, started)
+                else:
+                    groups.setdefault(job.key, []).append(job)
+            for jobs in groups.values():
+                self._run_group(jobs, started)
+
+    def _run_alone(self, job: _Job, started: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            out = job.call() if job.call is not None else to_cpu(self._handler.predict(job.data))
+        except Exception as exc:
+            job.future.set_exception(exc)
+            return
+        model_ms = (time.perf_counter() - t0) * 1000.0
+        self._report(1, 1, model_ms)
+        job.future.set_result(BatchResult(out, model_ms, 1, 1, (started - job.enqueued) * 1000.0))
+
+    def _run_group(self, jobs: list[_Job], started: float) -> None:
+        sizes = [job.rows for job in jobs]
+        rows = sum(sizes)
+        t0 = time.perf_counter()
+        try:
+            data = jobs[0].data if len(jobs) == 1 else torch.cat([job.data for job in jobs])
+            out = to_cpu(self._handler.predict(data))
+        except Exception as exc:
+            if len(jobs) == 1:
+                jobs[0].future.set_exception(exc)
+                return
+            self._error(f"predict_fn failed on a batch of {len(jobs)} requests; retrying them one by one", exc)
+            for job in jobs:
+                self._run_group([job], started)
+            return
+        model_ms = (time.perf_counter() - t0) * 1000.0
+        parts = [out] if len(jobs) == 1 else split_rows(out, sizes)
+        if parts is None:
+            if not self._unsplittable_warned:
+                self._unsplittable_warned = True
+                self._error(
+                    f"predict_fn output ({type(out).__name__}) has no leading batch dim of {rows} rows; "
+                    "running each request alone (predict_fn must map (N, ...) to (N, ...))",
+                    None,
+                )
+            for job in jobs:
+                self._run_group([job], started)
+            return
+        self._report(rows, len(jobs), model_ms)
+        for job, part in zip(jobs, parts, strict=True):
+            job.future.set_result(BatchResult(part, model_ms, rows, len(jobs), (started - job.enqueued) * 1000.0))
+
+    def _report(self, rows: int, requests: int, model_ms: float) -> None:
+        if self._on_batch is not None:
+            try:
+                self._on_batch(rows, requests, model_ms, len(self._queue))
+            except Exception as exc:  # reporting must never stop the model thread
+                self._error("on_batch callback failed", exc)
+
+    def _error(self, message: str, exc: BaseException | None) -> None:
+        if self._on_error is None:
+            return
+        trace = "".join(traceback.format_exception(exc)) if exc is not None else ""
+        with contextlib.suppress(Exception):
+            self._on_error(message, exc if exc is not None else RuntimeError(message), trace)

@@ -1,0 +1,273 @@
+"""Content negotiation and the default request decoders / response encoders.
+
+Decoders turn a request body into a float tensor with a leading batch dimension; encoders turn a
+prediction into bytes. They back the default ``input_fn`` and ``output_fn`` of :mod:`gpu_serve.handler`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpu_serve.errors import BadRequestError, UnsupportedAcceptError, UnsupportedContentTypeError
+
+orjson: Any
+try:  # optional: parses a JSON array of floats ~10x faster than the json module
+    import orjson
+except ImportError:  # pragma: no cover - the image installs it; the json module is the fallback
+    orjson = None
+
+JSON = "application/json"
+NPY = "application/x-npy"
+JPEG = "image/jpeg"
+PNG = "image/png"
+CSV = "text/csv"
+ANY = "*/*"
+
+#: Types the default input_fn decodes.
+DEFAULT_CONTENT_TYPES: tuple[str, ...] = (JSON, NPY, JPEG, PNG)
+#: Types the default output_fn encodes.
+DEFAULT_ACCEPT_TYPES: tuple[str, ...] = (JSON, NPY)
+#: Types whose body is handed to input_fn as ``str`` (UTF-8), as the SageMaker inference toolkit does.
+UTF8_TYPES: tuple[str, ...] = (JSON, CSV)
+
+#: Largest decoded image (pixels) accepted; protects memory from decompression bombs in a 6 MB body.
+MAX_IMAGE_PIXELS = 40_000_000
+
+
+def media_type(header: str | None) -> str:
+    """``"Application/JSON; charset=utf-8"`` -> ``"application/json"``; missing -> ``""``."""
+    if not header:
+        return ""
+    return header.split(";", 1)[0].strip().lower()
+
+
+def parse_accept(header: str | None, default: str) -> list[str]:
+    """Media ranges of an Accept header, best first (by ``q``, then order); ``*/*`` or none -> ``default``.
+
+    A range with ``q=0`` is dropped. ``type/*`` ranges are kept as given and matched by :func:`choose_accept`.
+    """
+    if not header or not header.strip():
+        return [default]
+    ranges: list[tuple[float, int, str]] = []
+    for index, part in enumerate(header.split(",")):
+        pieces = [p.strip() for p in part.split(";")]
+        mtype = pieces[0].lower()
+        if not mtype:
+            continue
+        q = 1.0
+        for param in pieces[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if q <= 0:
+            continue
+        ranges.append((-q, index, default if mtype == ANY else mtype))
+    return [m for _, _, m in sorted(ranges)] or [default]
+
+
+def choose_accept(candidates: Sequence[str], supported: Sequence[str]) -> str | None:
+    """First candidate the encoder supports (``type/*`` matches the first supported of that type)."""
+    for cand in candidates:
+        if cand in supported:
+            return cand
+        if cand.endswith("/*"):
+            prefix = cand[:-1]
+            for sup in supported:
+                if sup.startswith(prefix):
+                    return sup
+    return None
+
+
+def _as_tensor(array: np.ndarray, what: str) -> torch.Tensor:
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise BadRequestError(
+            f"{what} must hold numbers only; got elements of type {array.dtype}",
+            expected="a numeric array",
+        )
+    if array.dtype.kind == "f" and array.dtype != np.float32:
+        array = array.astype(np.float32)  # float64 / float16 inputs feed a float32 model
+    elif array.dtype.kind == "b":
+        array = array.astype(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _loads(body: str | bytes) -> Any:
+    if orjson is not None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # the json module accepts a little more (NaN, Infinity) and words its errors better
+    return json.loads(body)
+
+
+def decode_json(body: str | bytes) -> torch.Tensor:
+    """A JSON array (or ``{"inputs": [...]}`` / ``{"instances": [...]}``) -> float32 tensor."""
+    try:
+        data = _loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"body is not valid JSON: {exc}", expected="a JSON array of numbers") from None
+    if isinstance(data, dict):
+        keys = [k for k in ("inputs", "instances") if k in data]
+        if len(keys) != 1:
+            raise BadRequestError(
+                f"JSON object must have exactly one of the keys 'inputs' or 'instances'; got keys {sorted(data)}",
+                expected='a JSON array of numbers, or {"inputs": [...]}',
+            )
+        data = data[keys[0]]
+    try:
+        array = np.asarray(data, dtype=np.float32)
+    except (ValueError, TypeError) as exc:
+        raise BadRequestError(
+            f"JSON body is not a rectangular array of numbers: {exc}",
+            expected="a JSON array of numbers with equal-length rows",
+        ) from None
+    return torch.from_numpy(array)
+
+
+def decode_npy(body: bytes) -> torch.Tensor:
+    """An ``.npy`` file (``numpy.save``) -> tensor. Pickled object arrays are refused."""
+    try:
+        array = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise BadRequestError(
+            f"body is not a valid .npy array (numpy.save format, no pickles): {exc}",
+            expected="application/x-npy bytes written by numpy.save",
+        ) from None
+    if not isinstance(array, np.ndarray):
+        raise BadRequestError("body is an .npz archive, not one .npy array", expected="one .npy array")
+    return _as_tensor(array, "the .npy array")
+
+
+def decode_image(
+    body: bytes,
+    content_type: str,
+    input_shape: tuple[int, ...] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> torch.Tensor:
+    """JPEG/PNG bytes -> float tensor (1, C, H, W) in [0, 1], resized to ``input_shape`` (C, H, W) if given,
+    then normalised with ``mean``/``std`` per channel if given."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        opened = Image.open(io.BytesIO(body))
+        width, height = opened.size
+        if width * height > MAX_IMAGE_PIXELS:
+            raise BadRequestError(
+                f"image is {width}x{height} = {width * height} pixels; the limit is {MAX_IMAGE_PIXELS}",
+                expected=f"an image of at most {MAX_IMAGE_PIXELS} pixels",
+            )
+        channels = input_shape[0] if input_shape is not None and len(input_shape) == 3 else 3
+        mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
+        if mode is None:
+            raise BadRequestError(
+                f"cannot decode an image into {channels} channels",
+                expected="a model input of 1, 3 or 4 channels",
+            )
+        image = opened.convert(mode)
+        if input_shape is not None and len(input_shape) == 3:
+            target = (input_shape[2], input_shape[1])  # PIL sizes are (width, height)
+            if image.size != target:
+                image = image.resize(target, Image.Resampling.BILINEAR)
+        array = np.asarray(image, dtype=np.uint8)
+    except BadRequestError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise BadRequestError(
+            f"body is not a valid {content_type} image: {exc}", expected=f"{content_type} bytes"
+        ) from None
+    if array.ndim == 2:
+        array = array[:, :, None]
+    tensor = torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
+    if mean is not None and std is not None:
+        m = torch.tensor(list(mean), dtype=torch.float32).view(-1, 1, 1)
+        s = torch.tensor(list(std), dtype=torch.float32).view(-1, 1, 1)
+        tensor = (tensor - m) / s
+    return tensor.unsqueeze(0)
+
+
+def fit_batch_dim(tensor: torch.Tensor, input_shape: tuple[int, ...] | None) -> torch.Tensor:
+    """Give ``tensor`` a leading batch dimension and check the per-sample shape against ``input_shape``.
+
+    With a known ``input_shape`` a single sample of exactly that shape gets a batch dim of 1, a batch
+    ``(N, *input_shape)`` passes, anything else is a 400 that says what was expected. Without one, a
+    1-D input is taken as one sample and anything with 2+ dims as a batch.
+    """
+    shape = tuple(tensor.shape)
+    if input_shape is not None:
+        if shape == input_shape:
+            tensor = tensor.unsqueeze(0)
+        elif shape[1:] != input_shape:
+            expected = ", ".join(str(d) for d in input_shape)
+            raise BadRequestError(
+                f"input has shape {list(shape)}; expected (N, {expected}) or ({expected})",
+                expected_shape=["N", *input_shape],
+                got_shape=list(shape),
+            )
+    elif tensor.dim() == 0:
+        raise BadRequestError(
+            "input is a scalar; expected an array with a leading batch dimension",
+            expected_shape=["N", "..."],
+            got_shape=[],
+        )
+    elif tensor.dim() == 1:
+        tensor = tensor.unsqueeze(0)
+    if tensor.shape[0] == 0:
+        raise BadRequestError(
+            "input has an empty batch (0 rows)", expected_shape=["N>=1", *shape[1:]], got_shape=list(shape)
+        )
+    return tensor
+
+
+def to_numpy(value: Any) -> Any:
+    """Tensors (any device or dtype, including bfloat16) -> numpy; containers recursively; others as-is."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.dtype in (torch.float16, torch.bfloat16):
+            value = value.float()
+        return value.cpu().numpy()
+    if isinstance(value, dict):
+        return {k: to_numpy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_numpy(v) for v in value]
+    return value
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def encode(prediction: Any, accept: str) -> bytes:
+    """Encode a prediction as ``accept`` (JSON or npy)."""
+    value = to_numpy(prediction)
+    if accept == JSON:
+        return json.dumps(value, default=_json_default).encode("utf-8")
+    if accept == NPY:
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(value), allow_pickle=False)
+        return buffer.getvalue()
+    raise UnsupportedAcceptError(
+        f"cannot encode the prediction as {accept!r}; supported: {', '.join(DEFAULT_ACCEPT_TYPES)}",
+        supported=list(DEFAULT_ACCEPT_TYPES),
+    )
+
+
+def unsupported_content_type(content_type: str, supported: Sequence[str]) -> UnsupportedContentTypeError:
+    shown = content_type or "(none)"
+    return UnsupportedContentTypeError(
+        f"Content-Type {shown!r} is not supported; supported: {', '.join(supported)}",
+        supported=list(supported),
+    )

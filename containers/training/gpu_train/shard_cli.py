@@ -1,0 +1,100 @@
+"""``shard SRC DEST``: pack many small files into tar shards for training.
+
+Images are decoded and resized once, here, and stored as ``uint8`` arrays, so the training data loader
+only copies bytes. The sample order is shuffled with ``--seed`` (same input and seed give identical
+shards). ``DEST`` is a directory or ``s3://bucket/prefix`` (parallel multipart uploads); an existing
+dataset is only replaced with ``--overwrite``. See ``containers/training/README.md`` for the format.
+
+The same command runs as ``gpuctl shard`` on a workstation and as ``python3 -m gpu_train shard`` inside
+the training image (the prepare step of the training pipeline runs it in a SageMaker processing job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# numpy, Pillow and boto3 are imported when the command runs, so registering it costs nothing.
+MODES = ("image", "raw")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("src", type=Path, help="SRC/<class>/<files> directory, or a .csv/.jsonl manifest (path,label)")
+    parser.add_argument("dest", help="output directory or s3://bucket/prefix")
+    parser.add_argument(
+        "--image-size", type=int, default=224, help="training resolution: images are resized to N x N (default 224)"
+    )
+    parser.add_argument(
+        "--shard-size",
+        default="128MB",
+        help="target shard size, 16MB to 1GB (binary units; default 128MB)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sample shuffle (default 0)")
+    parser.add_argument("--no-shuffle", action="store_true", help="keep the source order")
+    parser.add_argument(
+        "--mode", choices=MODES, default="image", help="image: decode+resize to uint8 arrays; raw: store files as-is"
+    )
+    parser.add_argument("--workers", type=int, default=0, help="preprocessing processes (default: one per CPU)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at DEST")
+    parser.add_argument("--kms-key-id", help="S3 destination: encrypt uploads with this KMS key (SSE-KMS)")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=16, help="S3 destination: parallel upload threads (default 16)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace, prog: str = "gpuctl shard") -> int:
+    """Pack ``args.src`` into shards at ``args.dest``; ``prog`` prefixes the error messages."""
+    from gpu_train.errors import DataError
+    from gpu_train.pack import PackError, pack
+    from gpu_train.shards import MiB, check_shard_size, parse_size
+
+    try:
+        target = check_shard_size(parse_size(args.shard_size))
+    except ValueError as exc:
+        print(f"{prog}: --shard-size: {exc}", file=sys.stderr)
+        return 2
+    if args.workers < 0 or args.max_concurrency < 1:
+        print(f"{prog}: --workers must be >= 0 and --max-concurrency >= 1", file=sys.stderr)
+        return 2
+    try:
+        index = pack(
+            args.src,
+            args.dest,
+            image_size=args.image_size,
+            target_bytes=target,
+            seed=args.seed,
+            shuffle=not args.no_shuffle,
+            mode=args.mode,
+            workers=args.workers,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            max_concurrency=args.max_concurrency,
+            kms_key_id=args.kms_key_id,
+        )
+    except (PackError, DataError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # botocore errors and the like: say what failed, no traceback
+        if type(exc).__module__.startswith(("botocore", "boto3", "s3transfer")):
+            print(f"{prog}: upload to {args.dest} failed: {exc}", file=sys.stderr)
+            return 1
+        raise
+    shards = len(index.shards)
+    average = index.total_bytes / max(1, shards) / MiB
+    print(
+        f"{index.num_samples} samples, {index.num_classes} classes, {shards} shards "
+        f"(average {average:.1f} MB, {index.total_bytes / MiB:.1f} MB in all) -> {args.dest}"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python3 -m gpu_train shard SRC DEST [options]`` (inside the training image)."""
+    parser = argparse.ArgumentParser(
+        prog="gpu_train shard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv), prog="gpu_train shard")

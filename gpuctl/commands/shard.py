@@ -1,0 +1,23 @@
+"""``gpuctl shard SRC DEST``: pack many small files into tar shards for training (see gpu_train.shard_cli)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpu_train import shard_cli
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "shard",
+        help="pack a directory or manifest of small files into tar shards (WebDataset layout)",
+        description=shard_cli.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    shard_cli.add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return shard_cli.run(args, prog="gpuctl shard")

@@ -1,0 +1,96 @@
+"""The images stack: the training and inference images selected in config, published in SSM and outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from gpu_constructs.images import GpuImage, ImageUsage
+from stacks.config import EnvConfig, ImageSpec
+from stacks.network_stack import removal_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ImagesStack(Stack):
+    """Two images per config: prebuilt DLCs (no resources but the SSM parameters), or images built at
+    deploy time in CodeBuild into hardened ECR repositories, or local Docker assets, or existing ECR images.
+
+    Each image URI is published as the SSM parameter ``/<prefix>/images/<use>`` and a stack output, so the
+    CLI and pipelines find it without reading templates.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        images = config.images
+        self.key: kms.IKey | None = None
+        if any(getattr(images, u).kind == "codebuild" for u in ("training", "inference")):
+            self.key = kms.Key(
+                self,
+                "ImagesKey",
+                description=f"Encrypts the GPU platform's container images and image builds ({config.env_name})",
+                enable_key_rotation=True,
+                removal_policy=removal_policy(config),
+                pending_window=Duration.days(30 if config.removal_policy == "retain" else 7),
+            )
+        self.training_image = self._image("Training", "training", images.training)
+        self.inference_image = self._image("Inference", "inference", images.inference)
+        for cid, usage, image in (
+            ("Training", "training", self.training_image),
+            ("Inference", "inference", self.inference_image),
+        ):
+            ssm.StringParameter(
+                self,
+                f"{cid}ImageUri",
+                parameter_name=f"/{config.resource_prefix}/images/{usage}",
+                string_value=image.image_uri,
+                description=f"{usage} image ({image.kind}, CUDA {image.cuda_version or 'unknown'})",
+            )
+            CfnOutput(self, f"{cid}ImageUriOutput", value=image.image_uri)
+
+    def _image(self, construct_id: str, usage: ImageUsage, spec: ImageSpec) -> GpuImage:
+        images = self.config.images
+        if spec.kind == "dlc":
+            return GpuImage.from_dlc(
+                self,
+                construct_id,
+                framework_version=str(spec.framework_version),
+                usage=usage,
+                python=spec.python,
+                cuda=spec.cuda,
+            )
+        directory = ROOT / (spec.directory or f"containers/{usage}")
+        if spec.kind == "codebuild":
+            return GpuImage.from_codebuild(
+                self,
+                construct_id,
+                directory=directory,
+                usage=usage,
+                cuda_version=spec.cuda_version,
+                encryption_key=self.key,
+                build_args=spec.build_args,
+                platform=spec.platform,
+                zstd_compression=images.zstd_compression,
+                max_image_count=images.max_image_count,
+                untagged_image_expiry=Duration.days(images.untagged_image_expiry_days),
+                removal_policy=removal_policy(self.config),
+            )
+        if spec.kind == "asset":
+            return GpuImage.from_asset(
+                self,
+                construct_id,
+                directory=directory,
+                usage=usage,
+                cuda_version=spec.cuda_version,
+                build_args=spec.build_args,
+                platform=spec.platform,
+            )
+        repository = ecr.Repository.from_repository_name(self, f"{construct_id}Repository", str(spec.repository_name))
+        return GpuImage.from_ecr_repository(repository, str(spec.tag), usage=usage, cuda_version=spec.cuda_version)

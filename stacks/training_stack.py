@@ -1,0 +1,203 @@
+"""The training stack: the training pipeline (state machine, job roles, dashboard, alarms) of one environment.
+
+Jobs run in the network stack's training subnets with its training security group (which the FSx file
+system admits), read the datasets bucket of the data stack (or the FSx for Lustre file system of the
+storage stack), write to the artifacts bucket, and use the training image of the images stack.
+
+The stack publishes what ``gpuctl`` needs as outputs, so users type no ARNs: the state machine, the
+execution role, the job-name prefix and the SSM parameter that holds the whole job spec (JSON of
+:class:`~gpu_constructs.training_spec.TrainingJobSpec`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Size, Stack
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from gpu_constructs.constants import TRAINING_SUBNETS
+from gpu_constructs.errors import ValidationError
+from gpu_constructs.fsx import GpuLustreFileSystem
+from gpu_constructs.network import GpuNetwork
+from gpu_constructs.retention import retention_days
+from gpu_constructs.storage import PlatformStorage
+from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingImageLike, TrainingPipeline
+from gpu_constructs.training_spec import DATA_VERSION_PLACEHOLDER, Channel, FsxChannel, S3Channel
+from stacks.config import ConfigError, EnvConfig, TrainingConfig
+from stacks.image_parameter import image_from_parameter
+from stacks.network_stack import removal_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINING_RUNTIME = ROOT / "containers" / "training"
+
+#: Outputs ``gpuctl`` reads (CloudFormation DescribeStacks).
+OUTPUT_STATE_MACHINE = "StateMachineArn"
+OUTPUT_ROLE = "ExecutionRoleArn"
+OUTPUT_PREFIX = "JobNamePrefix"
+OUTPUT_SPEC_PARAMETER = "JobSpecParameter"
+OUTPUT_DASHBOARD = "DashboardName"
+OUTPUT_TOPIC = "NotificationTopicArn"
+OUTPUT_LOG_GROUP = "StateMachineLogGroup"
+
+
+def training_stack_name(resource_prefix: str) -> str:
+    return f"{resource_prefix}-training"
+
+
+def runtime_module(name: str) -> ModuleType:
+    """``gpu_train.<name>`` from the training runtime (containers/training), importable or not installed."""
+    try:
+        return importlib.import_module(f"gpu_train.{name}")
+    except ModuleNotFoundError:
+        if str(TRAINING_RUNTIME) not in sys.path:
+            sys.path.append(str(TRAINING_RUNTIME))
+        return importlib.import_module(f"gpu_train.{name}")
+
+
+class TrainingStack(Stack):
+    """The GPU training pipeline configured by ``training`` in ``config/<env>.yaml``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvConfig,
+        network: GpuNetwork,
+        storage: PlatformStorage,
+        image: TrainingImageLike,
+        lustre: GpuLustreFileSystem | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        training = config.training
+        image = image_from_parameter(self, image, config, "training")
+        check_hyperparameters(training)
+        prefix = f"{config.resource_prefix}-{training.name}"
+        channels, subnets = training_channels(training, storage, lustre)
+        metrics = runtime_module("metrics").METRIC_DEFINITIONS
+        alarms = training.alarms
+        prepare = training.prepare
+        self.pipeline = TrainingPipeline(
+            self,
+            "Pipeline",
+            image=image,
+            storage=storage,
+            job_name_prefix=prefix,
+            instance_type=training.instance_type,
+            instance_count=training.instance_count,
+            channels=channels,
+            dataset_prefix=training.dataset_prefix,
+            volume_size=Size.gibibytes(training.volume_size_gb),
+            hyperparameters=training.hyperparameters,
+            metric_definitions=metrics,
+            max_runtime=Duration.hours(training.max_runtime_hours),
+            spot=training.spot,
+            max_wait=Duration.hours(training.max_wait_hours) if training.max_wait_hours is not None else None,
+            max_retry_attempts=training.max_retry_attempts,
+            vpc=network.vpc,
+            vpc_subnets=subnets,
+            security_groups=[network.training_security_group],
+            inter_container_encryption=training.inter_container_encryption,
+            network_isolation=training.network_isolation,
+            data_version=training.data_version,
+            allowed_instance_types=training.allowed_instance_types,
+            prepare=PrepareOptions(
+                source_prefix=prepare.source_prefix,
+                instance_type=prepare.instance_type,
+                volume_size=Size.gibibytes(prepare.volume_size_gb),
+                image_size=prepare.image_size,
+                shard_size=prepare.shard_size,
+                max_runtime=Duration.hours(prepare.max_runtime_hours),
+                run_by_default=prepare.run_by_default,
+                splits=training.channels,
+            )
+            if prepare.enabled
+            else None,
+            production=config.is_production,
+            log_retention=retention_days(config.data.log_retention_days, "data.log_retention_days"),
+            removal_policy=removal_policy(config),
+            notification_emails=training.notification_emails,
+            alarm_thresholds=AlarmThresholds(
+                gpu_low_pct=alarms.gpu_low_pct,
+                busy_pct=alarms.busy_pct,
+                idle_gpu_pct=alarms.idle_gpu_pct,
+                period=Duration.minutes(alarms.period_minutes),
+                input_bound_periods=alarms.input_bound_periods,
+                idle_periods=alarms.idle_periods,
+            ),
+            tags={"gpu-platform:setup": prefix, **dict(sorted(config.tags.items()))},
+        )
+        pipeline = self.pipeline
+        CfnOutput(self, OUTPUT_STATE_MACHINE, value=pipeline.state_machine.state_machine_arn)
+        CfnOutput(self, OUTPUT_ROLE, value=pipeline.role.role_arn)
+        CfnOutput(self, OUTPUT_PREFIX, value=prefix)
+        CfnOutput(
+            self,
+            OUTPUT_SPEC_PARAMETER,
+            value=pipeline.spec_parameter.parameter_name,
+            description="SSM parameter with the training job spec (gpuctl train renders CreateTrainingJob from it)",
+        )
+        CfnOutput(self, OUTPUT_DASHBOARD, value=pipeline.dashboard.dashboard_name)
+        CfnOutput(self, OUTPUT_TOPIC, value=pipeline.topic.topic_arn)
+        CfnOutput(self, OUTPUT_LOG_GROUP, value=pipeline.log_group.log_group_name)
+
+
+def check_hyperparameters(training: TrainingConfig) -> None:
+    """The runtime's own parser: an unknown name or a bad value fails at synth, not after the job starts."""
+    hyperparameters = runtime_module("hyperparameters")
+    try:
+        hyperparameters.parse(training.hyperparameters)
+    except ValueError as exc:
+        raise ConfigError(f"training.hyperparameters: {exc}") from None
+
+
+def training_channels(
+    training: TrainingConfig, storage: PlatformStorage, lustre: GpuLustreFileSystem | None
+) -> tuple[list[Channel], ec2.SubnetSelection]:
+    """The channels of ``training`` (S3 URIs or FSx paths with ``{data_version}``) and the jobs' subnets."""
+    bucket = storage.datasets_bucket.bucket_name
+    version = DATA_VERSION_PLACEHOLDER
+    if training.input == "s3":
+        s3_channels: list[Channel] = [
+            S3Channel(
+                name=name,
+                s3_uri=f"s3://{bucket}/{training.dataset_prefix}{version}/{name}/",
+                input_mode=training.input_mode,
+                distribution=training.distribution,
+            )
+            for name in training.channels
+        ]
+        return s3_channels, ec2.SubnetSelection(subnet_group_name=TRAINING_SUBNETS)
+    if lustre is None or lustre.data_repository is None:
+        raise ConfigError(
+            "training.input: 'fsx' needs file_systems.lustre.enabled: true with a link to the datasets bucket; "
+            "allowed: enable the file system, or input: s3"
+        )
+    link = lustre.data_repository
+    if not training.dataset_prefix.startswith(link.prefix):
+        raise ConfigError(
+            f"training.dataset_prefix: {training.dataset_prefix!r} is outside the prefix linked to FSx "
+            f"({link.prefix!r}, file_systems.lustre.import_prefix); allowed: a prefix starting with {link.prefix!r}"
+        )
+    inside = training.dataset_prefix[len(link.prefix) :]
+    root = link.file_system_path.strip("/")
+    try:
+        fsx_channels: list[Channel] = [
+            FsxChannel(
+                name=name,
+                file_system_id=lustre.file_system_id,
+                directory_path=lustre.directory_path(f"{root}/{inside}{version}/{name}".lstrip("/")),
+            )
+            for name in training.channels
+        ]
+    except ValidationError as exc:
+        raise ConfigError(f"training: {exc}") from None
+    # Jobs run in the file system's subnet: same AZ, no cross-AZ Lustre traffic.
+    return fsx_channels, ec2.SubnetSelection(subnets=[lustre.subnet])

@@ -1,0 +1,153 @@
+"""The shard data loader: splitting across processes and workers, exact resumption, device transform."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gpu_train.data import DevicePipeline, LoaderState, ShardLoader, StreamConfig, auto_workers, discover
+from gpu_train.errors import ChannelError, DataError
+from gpu_train.sagemaker import Channel
+
+
+def _config(source_dir: Path, **overrides: object) -> StreamConfig:
+    values: dict[str, object] = {
+        "source": discover(Channel("train", path=source_dir)),
+        "batch_size": 8,
+        "image_size": 32,
+        "num_classes": 3,
+        "seed": 0,
+        "rank": 0,
+        "world": 1,
+        "num_workers": 0,
+    }
+    values.update(overrides)
+    return StreamConfig(**values)  # type: ignore[arg-type]
+
+
+def _fingerprints(images: torch.Tensor) -> list[int]:
+    """A per-sample id: the sum of its pixels (distinct for the random test images)."""
+    return [int(v) for v in images.reshape(images.shape[0], -1).sum(1)]
+
+
+def _epoch(loader: ShardLoader, epoch: int, resume: LoaderState | None = None) -> list[list[int]]:
+    return [_fingerprints(images) for images, _, _ in loader.epoch(epoch, resume)]
+
+
+def _flat(batches: list[list[int]]) -> list[int]:
+    return [v for batch in batches for v in batch]
+
+
+def test_processes_and_workers_read_disjoint_shards_covering_the_dataset(shards: Path) -> None:
+    everything = sorted(v for batch in _epoch(ShardLoader(_config(shards, drop_last=False)), 0) for v in batch)
+    assert len(everything) == 192
+    seen: list[int] = []
+    for rank in range(2):
+        for batch in _epoch(ShardLoader(_config(shards, rank=rank, world=2, num_workers=2, drop_last=False)), 0):
+            seen.extend(batch)
+    assert sorted(seen) == everything  # each sample exactly once over 2 processes x 2 workers
+
+
+def test_each_epoch_has_its_own_order(shards: Path) -> None:
+    loader = ShardLoader(_config(shards))
+    first, second = _epoch(loader, 0), _epoch(loader, 1)
+    assert first == _epoch(ShardLoader(_config(shards)), 0)  # same seed, same order
+    assert first != second and len(first) == len(second) == 24
+    assert sorted(_flat(first)) == sorted(_flat(second))
+
+
+def test_fewer_shards_than_processes_split_samples_instead(shards: Path, tmp_path: Path) -> None:
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copy(shards / "shard-000000.tar", one)  # no index: 12 samples, 1 shard, 2 processes
+    per_rank = [_flat(_epoch(ShardLoader(_config(one, rank=r, world=2, batch_size=2)), 0)) for r in range(2)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 6 and not set(per_rank[0]) & set(per_rank[1])
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize(("workers", "stop_after"), [(0, 5), (2, 5), (2, 6), (3, 7)])
+def test_resuming_from_a_position_continues_the_exact_batch_sequence(
+    shards: Path, workers: int, stop_after: int
+) -> None:
+    config = _config(shards, num_workers=workers)
+    full = _epoch(ShardLoader(config), 3)
+    interrupted = ShardLoader(config)
+    taken: list[list[int]] = []
+    saved = None
+    for images, _, position in interrupted.epoch(3):
+        taken.append(_fingerprints(images))
+        if len(taken) == stop_after:
+            saved = LoaderState.from_dict(position.as_dict())  # what a checkpoint stores
+            break
+    assert saved is not None
+    rest = _epoch(ShardLoader(config), 3, saved)  # a new process
+    assert taken + rest == full
+
+
+def test_position_from_another_worker_count_restarts_the_epoch(shards: Path) -> None:
+    saved = LoaderState(epoch=0, consumed=[3, 2], next_worker=1, num_workers=2, world=1)
+    loader = ShardLoader(_config(shards, num_workers=0))
+    assert not loader.can_resume(saved)
+    assert _epoch(loader, 0, saved) == _epoch(ShardLoader(_config(shards)), 0)
+
+
+def test_missing_listed_shard_and_empty_channel_are_errors(shards: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "train"
+    shutil.copytree(shards, copy)
+    (copy / "shard-000004.tar").unlink()
+    with pytest.raises(DataError, match=r"1 shards listed in .*index.json are missing \(first: shard-000004.tar\)"):
+        discover(Channel("train", path=copy))
+    # With ShardedByS3Key each host holds only part of the dataset: that is expected.
+    assert len(discover(Channel("train", distribution="ShardedByS3Key", path=copy)).shards) == 15
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ChannelError, match=r"holds no shards \(\*.tar\); pack the data with `gpuctl shard"):
+        discover(Channel("train", path=tmp_path / "empty"))
+
+
+def test_wrong_image_size_and_label_range_are_named(shards: Path) -> None:
+    with pytest.raises(
+        DataError, match=r"shard-0000\d\d.tar: image of shape \(32, 32, 3\) uint8, expected \(16, 16, 3\)"
+    ):
+        next(iter(ShardLoader(_config(shards, image_size=16)).epoch(0)))
+    with pytest.raises(DataError, match=r"label [12] is outside 0..0"):
+        _epoch(ShardLoader(_config(shards, num_classes=1)), 0)
+
+
+def test_truncated_shard_is_named_before_use(shards: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "train"
+    shutil.copytree(shards, copy)
+    data = (copy / "shard-000002.tar").read_bytes()
+    (copy / "shard-000002.tar").write_bytes(data[:-1024])
+    with pytest.raises(DataError, match=r"shard-000002.tar: size \d+ bytes, index says \d+ \(truncated or replaced"):
+        _epoch(ShardLoader(_config(copy)), 0)
+
+
+def test_auto_workers_follow_vcpus_per_gpu() -> None:
+    assert auto_workers(96, 8) == 11  # ml.p4d.24xlarge
+    assert auto_workers(4, 1) == 3  # ml.g5.xlarge
+    assert auto_workers(2, 2) == 1 and auto_workers(192, 1) == 16
+
+
+def test_device_pipeline_normalises_augments_and_keeps_channels_last() -> None:
+    pixels = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8))
+    plain = DevicePipeline(torch.device("cpu"), mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), augment="none")
+    x = plain.transform(pixels, train=True)
+    assert x.shape == (4, 3, 32, 32) and x.is_contiguous(memory_format=torch.channels_last)
+    expected = (pixels.permute(0, 3, 1, 2).float() / 255 - 0.5) / 0.25
+    assert torch.allclose(x, expected, atol=1e-5)
+    assert torch.equal(plain.transform(pixels, train=False), x)
+
+    first = DevicePipeline(torch.device("cpu"), mean=(0.5,) * 3, std=(0.25,) * 3, augment="flip_crop", seed=7)
+    second = DevicePipeline(torch.device("cpu"), mean=(0.5,) * 3, std=(0.25,) * 3, augment="flip_crop", seed=7)
+    a = first.transform(pixels, train=True)
+    state = first.generator.get_state()
+    b = first.transform(pixels, train=True)
+    assert not torch.allclose(a, x) and not torch.allclose(a, b)  # random, and different each batch
+    assert torch.equal(second.transform(pixels, train=True), a)  # seeded
+    second.generator.set_state(state)
+    assert torch.equal(second.transform(pixels, train=True), b)  # the state is all a resume needs
+    assert torch.equal(first.transform(pixels, train=False), x)  # evaluation is never augmented

@@ -1,0 +1,187 @@
+"""``gpuctl shard``: packing, deterministic shuffle, index, overwrite protection, S3 upload."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+from moto import mock_aws
+from PIL import Image
+
+from gpu_train import pack, shards
+from gpu_train.serving import inference
+from gpuctl.cli import main as gpuctl
+
+
+def _packed_keys(directory: Path) -> list[tuple[int, int]]:
+    """(label, first pixel) of every sample, in shard order: identifies the sample order."""
+    index = shards.DatasetIndex.load(directory / shards.INDEX_NAME)
+    out = []
+    for info in index.shards:
+        data = (directory / info.name).read_bytes()
+        for sample in shards.parse_archive(data, info.name).samples:
+            pixels = shards.npy_array(data, *sample["npy"], info.name)
+            out.append((int(data[sample["cls"][0] : sum(sample["cls"])]), int(pixels[5, 5, 0])))
+    return out
+
+
+def test_cli_packs_an_image_folder_with_index(image_folder: Path, tmp_path: Path, capsys: Any) -> None:
+    code = gpuctl(["shard", str(image_folder), str(tmp_path / "ds"), "--image-size", "24", "--quiet", "--seed", "3"])
+    assert code == 0
+    index = shards.DatasetIndex.load(tmp_path / "ds" / "index.json")
+    assert index.num_samples == 192 and index.classes == ["class_0", "class_1", "class_2"]
+    assert index.image_size == 24 and index.seed == 3 and index.shuffled
+    assert index.sample["image"] == {"ext": "npy", "dtype": "uint8", "layout": "HWC", "shape": [24, 24, 3]}
+    (info,) = index.shards  # 192 x 1.8 KB fits one 128 MB shard
+    assert info.sha256 == shards.sha256_file(tmp_path / "ds" / info.name)
+    assert "192 samples, 3 classes, 1 shards" in capsys.readouterr().out
+
+
+def test_shuffle_is_deterministic_and_mixes_classes(image_folder: Path, tmp_path: Path) -> None:
+    kwargs: dict[str, Any] = {"image_size": 16, "target_bytes": 16 * 1024, "progress": False, "workers": 1}
+    pack.pack(image_folder, str(tmp_path / "a"), seed=5, **kwargs)
+    pack.pack(image_folder, str(tmp_path / "b"), seed=5, **{**kwargs, "workers": 2})
+    pack.pack(image_folder, str(tmp_path / "c"), seed=6, **kwargs)
+    a, b = (sorted((tmp_path / d).glob("shard-*.tar")) for d in "ab")
+    assert len(a) > 3 and [p.read_bytes() for p in a] == [p.read_bytes() for p in b]  # byte-identical
+    order_a, order_c = _packed_keys(tmp_path / "a"), _packed_keys(tmp_path / "c")
+    assert order_a != order_c and sorted(order_a) == sorted(order_c)
+    first_shard_labels = {label for label, _ in order_a[:12]}
+    assert len(first_shard_labels) == 3  # a sequential read of one shard sees every class
+
+
+def test_packed_pixels_match_the_inference_image_transform(image_folder: Path, tmp_path: Path) -> None:
+    source = image_folder / "class_1" / "img_000.png"
+    stored = pack.load_image(str(source), 32)
+    served = inference.decode_image(source.read_bytes(), 32)
+    assert stored.shape == (32, 32, 3) and np.array_equal(stored, served)
+
+
+def test_manifests_with_names_or_numbers(image_folder: Path, tmp_path: Path) -> None:
+    files = sorted(image_folder.glob("class_*/img_00[0-2].png"))
+    csv = tmp_path / "m.csv"
+    csv.write_text("path,label\n" + "".join(f"{f},{f.parent.name}\n" for f in files))
+    index = pack.pack(csv, str(tmp_path / "csv"), image_size=16, progress=False, workers=1)
+    assert index.classes == ["class_0", "class_1", "class_2"] and index.num_samples == 9
+    jsonl = tmp_path / "m.jsonl"
+    jsonl.write_text("".join(json.dumps({"path": f.name, "label": 4}) + "\n" for f in files[:3]))
+    (tmp_path / files[0].name).write_bytes(files[0].read_bytes())
+    for f in files[1:3]:
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    index = pack.pack(jsonl, str(tmp_path / "jsonl"), image_size=16, progress=False, workers=1, mode="raw")
+    assert index.num_classes == 5 and index.sample["files"] == ["png"]
+
+
+def test_refuses_to_overwrite_unless_asked(image_folder: Path, tmp_path: Path, capsys: Any) -> None:
+    dest = tmp_path / "ds"
+    args = ["shard", str(image_folder), str(dest), "--image-size", "16", "--quiet"]
+    assert gpuctl(args) == 0
+    before = (dest / "index.json").read_text()
+    assert gpuctl(args) == 1
+    err = capsys.readouterr().err
+    assert "already holds a dataset" in err and "pass --overwrite to replace it" in err
+    assert (dest / "index.json").read_text() == before
+    (dest / "notes.txt").write_text("kept")
+    assert gpuctl([*args, "--overwrite", "--seed", "9"]) == 0
+    assert json.loads((dest / "index.json").read_text())["seed"] == 9 and (dest / "notes.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shard-size", "8MB"], "allowed: 16 MB to 1 GB"),
+        (["--image-size", "4"], "image size 4 is not allowed"),
+    ],
+)
+def test_bad_options_are_named(image_folder: Path, tmp_path: Path, capsys: Any, args: list[str], message: str) -> None:
+    assert gpuctl(["shard", str(image_folder), str(tmp_path / "x"), "--quiet", *args]) in (1, 2)
+    assert message in capsys.readouterr().err
+
+
+def test_unreadable_source_file_is_named(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    (tmp_path / "src" / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
+    assert gpuctl(["shard", str(tmp_path / "src"), str(tmp_path / "out"), "--quiet", "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot read source file" in err and "broken.jpg" in err
+
+
+def test_s3_transfer_settings() -> None:
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    target = pack.S3Target("s3://data/sets/x", client=client, max_concurrency=4, chunk_bytes=8 << 20, kms_key_id="k1")
+    assert (target.bucket, target.prefix, target.key("index.json")) == ("data", "sets/x", "sets/x/index.json")
+    config: Any = target.config
+    assert config.use_threads and config.max_concurrency == 4
+    assert config.multipart_threshold == config.multipart_chunksize == 8 << 20
+    assert target.extra_args == {
+        "ContentType": "application/x-tar",
+        "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "k1",
+    }
+    target.close()
+
+
+@mock_aws
+def test_s3_destination_uploads_multipart_with_the_index_last(tmp_path: Path) -> None:
+    client = boto3.client("s3", region_name="us-east-1")
+    client.create_bucket(Bucket="data")
+    src = tmp_path / "src" / "noise"  # incompressible images: one ~6.5 MB shard, two 5 MB parts
+    src.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (600, 600, 3), dtype=np.uint8)).save(src / f"{i}.bmp")
+    uploaded: list[str] = []
+    original_put = pack.S3Target.put_index
+
+    def put_index(self: pack.S3Target, text: str) -> None:  # record what exists when the index goes up
+        uploaded.extend(o["Key"] for o in client.list_objects_v2(Bucket="data")["Contents"])
+        original_put(self, text)
+
+    pack.S3Target.put_index = put_index  # type: ignore[method-assign]
+    try:
+        index = pack.pack(
+            tmp_path / "src",
+            "s3://data/sets/noise",
+            image_size=600,
+            progress=False,
+            workers=1,
+            s3_client=client,
+            max_concurrency=4,
+            multipart_chunk_bytes=5 << 20,
+        )
+    finally:
+        pack.S3Target.put_index = original_put  # type: ignore[method-assign]
+    (info,) = index.shards
+    assert uploaded == ["sets/noise/shard-000000.tar"]  # every shard is up before the index
+    head = client.head_object(Bucket="data", Key="sets/noise/shard-000000.tar")
+    assert head["ContentLength"] == info.bytes > 5 << 20
+    assert head["ETag"].strip('"').endswith("-2")  # a two-part multipart upload
+    body = client.get_object(Bucket="data", Key="sets/noise/shard-000000.tar")["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == info.sha256
+    stored = shards.DatasetIndex.from_json(
+        client.get_object(Bucket="data", Key="sets/noise/index.json")["Body"].read().decode(), "s3"
+    )
+    assert stored.num_samples == 6 and stored.image_size == 600
+    # The prefix now holds a dataset: refuse, then replace with --overwrite (old shards deleted).
+    with pytest.raises(pack.PackError, match=r"s3://data/sets/noise already holds a dataset"):
+        pack.pack(tmp_path / "src", "s3://data/sets/noise", image_size=16, progress=False, workers=1, s3_client=client)
+    client.put_object(Bucket="data", Key="sets/noise/shard-000007.tar", Body=b"stale")
+    pack.pack(
+        tmp_path / "src",
+        "s3://data/sets/noise",
+        image_size=16,
+        progress=False,
+        workers=1,
+        s3_client=client,
+        overwrite=True,
+    )
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="data", Prefix="sets/noise/")["Contents"])
+    assert keys == ["sets/noise/index.json", "sets/noise/shard-000000.tar"]
+    index_body = io.BytesIO(client.get_object(Bucket="data", Key="sets/noise/index.json")["Body"].read())
+    assert json.load(index_body)["image_size"] == 16

@@ -1,0 +1,458 @@
+"""gpuctl train / status / logs / stop wiring, with botocore's Stubber as a call recorder (no AWS)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from gpu_constructs.training_spec import S3Channel, TrainingJobSpec, service_model_problems
+from gpu_train.metrics import METRIC_DEFINITIONS
+from gpuctl.aws_errors import explain, explain_failure_reason, quota_name, service_quotas_url
+from gpuctl.cli import main
+from gpuctl.commands import train as train_command
+
+REGION = "us-east-1"
+STACK = "gpu-dev-training"
+SPEC = TrainingJobSpec(
+    image_uri="763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-sagemaker",
+    role_arn="arn:aws:iam::123456789012:role/gpu-dev-training-PipelineExecutionRole",
+    instance_type="ml.g5.xlarge",
+    output_s3_uri="s3://gpu-dev-artifacts/output/gpu-dev-train/",
+    channels=(S3Channel("train", "s3://gpu-dev-datasets/imagenet/{data_version}/train/"),),
+    hyperparameters={"epochs": "10"},
+    metric_definitions=tuple(METRIC_DEFINITIONS),
+    job_name_prefix="gpu-dev-train",
+)
+STATE_MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:PipelineStateMachine"
+PARAMETER = "/gpu-dev-train/job-spec"
+OUTPUTS = [
+    {"OutputKey": "JobSpecParameter", "OutputValue": PARAMETER},
+    {"OutputKey": "JobNamePrefix", "OutputValue": "gpu-dev-train"},
+    {"OutputKey": "StateMachineArn", "OutputValue": STATE_MACHINE},
+]
+SETUP = ["--stack", STACK, "--region", REGION]
+
+
+class Recorder:
+    """Real boto3 clients with Stubbers; records every call as ``service.Operation`` in order."""
+
+    def __init__(self) -> None:
+        self.session: Any = boto3.session.Session(
+            region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
+        self.clients: dict[str, Any] = {}
+        self.stubbers: dict[str, Stubber] = {}
+        self.calls: list[str] = []
+
+    def client(self, service: str, region: str | None) -> Any:
+        assert region == REGION
+        if service not in self.clients:
+            client = self.session.client(service)
+            name = client.meta.service_model.service_name
+            client.meta.events.register("before-call.*.*", lambda model, **_: self.calls.append(f"{name}.{model.name}"))
+            self.clients[service] = client
+            self.stubbers[service] = Stubber(client)
+            self.stubbers[service].activate()
+        return self.clients[service]
+
+    def stub(self, service: str) -> Stubber:
+        self.client(service, REGION)
+        return self.stubbers[service]
+
+    def verify(self) -> None:
+        for stubber in self.stubbers.values():
+            stubber.assert_no_pending_responses()
+
+
+@pytest.fixture()
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
+    recorder = Recorder()
+    monkeypatch.setattr(train_command, "make_client", recorder.client)
+    monkeypatch.setattr(train_command, "sleep", lambda seconds: None)
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "GPUCTL_STACK", "GPUCTL_ENV"):
+        monkeypatch.delenv(name, raising=False)
+    yield recorder
+    recorder.verify()
+
+
+def _stack(recorder: Recorder) -> None:
+    recorder.stub("cloudformation").add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": STACK,
+                    "CreationTime": dt.datetime(2025, 1, 1),
+                    "StackStatus": "CREATE_COMPLETE",
+                    "Outputs": OUTPUTS,
+                }
+            ]
+        },
+        {"StackName": STACK},
+    )
+    recorder.stub("ssm").add_response(
+        "get_parameter",
+        {"Parameter": {"Name": PARAMETER, "Type": "String", "Value": json.dumps(SPEC.to_dict())}},
+        {"Name": PARAMETER},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# gpuctl train
+# --------------------------------------------------------------------------------------------------
+
+
+def test_train_reads_the_stack_then_creates_the_validated_job(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    _stack(aws)
+    expected = SPEC.to_request("gpu-dev-train-run1", hyperparameter_overrides={"epochs": "3"}, data_version="v2")
+    aws.stub("sagemaker").add_response(
+        "create_training_job",
+        {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/gpu-dev-train-run1"},
+        expected,
+    )
+    code = main(["train", *SETUP, "--job-name", "gpu-dev-train-run1", "-p", "epochs=3", "--data-version", "v2"])
+    assert code == 0
+    assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter", "sagemaker.CreateTrainingJob"]
+    out = capsys.readouterr().out
+    assert "started gpu-dev-train-run1" in out
+    assert "https://us-east-1.console.aws.amazon.com/sagemaker/home?region=us-east-1#/jobs/gpu-dev-train-run1" in out
+
+
+def test_dry_run_prints_the_exact_request_and_sends_nothing(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    _stack(aws)
+    code = main(["train", *SETUP, "--job-name", "gpu-dev-train-dry", "--instance-type", "ml.g5.12xlarge", "--dry-run"])
+    assert code == 0
+    assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter"]
+    request = json.loads(capsys.readouterr().out)
+    assert service_model_problems("CreateTrainingJob", request) == []
+    assert request == SPEC.to_request("gpu-dev-train-dry", instance_type="ml.g5.12xlarge")
+    assert request["HyperParameters"]["processes_per_host"] == "4"  # 4 GPUs on ml.g5.12xlarge
+
+
+def test_dry_run_from_a_local_spec_file_needs_no_aws(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(SPEC.to_dict()))
+    code = main(["train", "--spec", str(spec_file), "--region", REGION, "--job-name", "gpu-dev-train-x", "--dry-run"])
+    assert code == 0 and aws.calls == []
+    request = json.loads(capsys.readouterr().out)
+    assert service_model_problems("CreateTrainingJob", request) == []
+    assert request["TrainingJobName"] == "gpu-dev-train-x"
+
+
+def test_default_job_name_has_the_prefix_and_a_timestamp() -> None:
+    name = train_command.default_job_name("gpu-dev-train", dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC))
+    assert name == "gpu-dev-train-20250304-050607"
+
+
+def test_env_reads_the_stack_name_and_region_from_the_config(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    _stack(aws)
+    assert main(["train", "--env", "dev", "--job-name", "gpu-dev-train-env", "--dry-run"]) == 0
+    assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter"]
+
+
+def test_pipeline_starts_the_state_machine_with_the_runtime_values(aws: Recorder) -> None:
+    _stack(aws)
+    aws.stub("stepfunctions").add_response(
+        "start_execution",
+        {"executionArn": f"{STATE_MACHINE}:gpu-dev-train-p", "startDate": dt.datetime(2025, 1, 1)},
+        {
+            "stateMachineArn": STATE_MACHINE,
+            "name": "gpu-dev-train-p",
+            "input": json.dumps(
+                {
+                    "job_name": "gpu-dev-train-p",
+                    "instance_type": "ml.g6.xlarge",
+                    "hyperparameters": {"lr": "0.2"},
+                    "prepare": True,
+                }
+            ),
+        },
+    )
+    code = main(
+        [
+            "train",
+            *SETUP,
+            "--pipeline",
+            "--prepare",
+            "--job-name",
+            "gpu-dev-train-p",
+            "--instance-type",
+            "ml.g6.xlarge",
+            "-p",
+            "lr=0.2",
+        ]
+    )
+    assert code == 0
+    assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter", "stepfunctions.StartExecution"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-p", "epochs"], "-p 'epochs' is not NAME=VALUE"),
+        (["--instance-type", "ml.m5.xlarge"], "has no NVIDIA GPU"),
+        (["--instance-type", "ml.g5.xlarg"], "did you mean 'ml.g5.xlarge'"),
+        (["--job-name", "someone-else-1"], "allowed: a name starting with 'gpu-dev-train'"),
+        (["-p", "epochz=3"], "unknown hyperparameter 'epochz' (did you mean 'epochs'?)"),
+        (["-p", "epochs=zero"], "hyperparameter epochs='zero' is not allowed"),
+    ],
+)
+def test_bad_input_is_a_usage_error_before_any_job_call(
+    aws: Recorder, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    _stack(aws)
+    assert main(["train", *SETUP, *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter"]
+
+
+def test_quota_error_names_the_quota_and_the_service_quotas_link(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    _stack(aws)
+    aws.stub("sagemaker").add_client_error(
+        "create_training_job",
+        service_error_code="ResourceLimitExceeded",
+        service_message="The account-level service limit 'ml.g5.xlarge for training job usage' is 0 Instances",
+        expected_params={
+            "TrainingJobName": "gpu-dev-train-q",
+            **{k: ANY for k in SPEC.to_request("gpu-dev-train-q") if k != "TrainingJobName"},
+        },
+    )
+    assert main(["train", *SETUP, "--job-name", "gpu-dev-train-q"]) == 1
+    err = capsys.readouterr().err
+    assert "request a quota increase for 'ml.g5.xlarge for training job usage'" in err
+    assert "https://us-east-1.console.aws.amazon.com/servicequotas/home/services/sagemaker/quotas" in err
+
+
+def test_missing_stack_says_how_to_deploy_it(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    aws.stub("cloudformation").add_client_error(
+        "describe_stacks", service_error_code="ValidationError", service_message=f"Stack with id {STACK} does not exist"
+    )
+    assert main(["train", *SETUP]) == 1
+    err = capsys.readouterr().err
+    assert f"The training stack '{STACK}' is not deployed in {REGION}" in err
+    assert f"npx cdk deploy {STACK}" in err
+
+
+# --------------------------------------------------------------------------------------------------
+# gpuctl status / logs / stop
+# --------------------------------------------------------------------------------------------------
+
+FAILED_JOB = {
+    "TrainingJobName": "gpu-dev-train-f",
+    "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/gpu-dev-train-f",
+    "TrainingJobStatus": "Failed",
+    "SecondaryStatus": "Failed",
+    "FailureReason": "CapacityError: Unable to provision requested ML compute capacity. Please retry using a "
+    "different ML instance type.",
+    "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
+    "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+    "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+    "CreationTime": dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+    "ModelArtifacts": {"S3ModelArtifacts": ""},
+}
+
+
+def test_status_surfaces_the_failure_reason_in_plain_words(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    aws.stub("sagemaker").add_response("describe_training_job", FAILED_JOB, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["status", "gpu-dev-train-f", *SETUP]) == 1
+    assert aws.calls == ["sagemaker.DescribeTrainingJob"]
+    out = capsys.readouterr().out
+    assert "gpu-dev-train-f: Failed (Failed)" in out
+    assert "CapacityError: Unable to provision requested ML compute capacity" in out
+    assert "SageMaker could not get ml.g5.xlarge capacity in us-east-1" in out
+    assert "next step: retry later" in out
+
+
+def test_train_then_status_in_order(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    _stack(aws)
+    aws.stub("sagemaker").add_response("create_training_job", {"TrainingJobArn": FAILED_JOB["TrainingJobArn"]})
+    aws.stub("sagemaker").add_response("describe_training_job", FAILED_JOB, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["train", *SETUP, "--job-name", "gpu-dev-train-f"]) == 0
+    assert main(["status", "gpu-dev-train-f", *SETUP]) == 1
+    assert aws.calls == [
+        "cloudformation.DescribeStacks",
+        "ssm.GetParameter",
+        "sagemaker.CreateTrainingJob",
+        "sagemaker.DescribeTrainingJob",
+    ]
+    assert "CapacityError" in capsys.readouterr().out
+
+
+def test_status_shows_progress_and_metrics(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    start = dt.datetime(2025, 1, 1, 10, 0, tzinfo=dt.UTC)
+    job = {
+        **FAILED_JOB,
+        "TrainingJobStatus": "Completed",
+        "SecondaryStatus": "Completed",
+        "TrainingStartTime": start,
+        "TrainingEndTime": start + dt.timedelta(minutes=30),
+        "FinalMetricDataList": [{"MetricName": "train:samples_per_sec", "Value": 4410.5}],
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://gpu-dev-artifacts/output/gpu-dev-train/x/output/model.tar.gz"},
+        "SecondaryStatusTransitions": [{"Status": "Training", "StartTime": start, "StatusMessage": "Training"}],
+    }
+    del job["FailureReason"]
+    aws.stub("sagemaker").add_response("describe_training_job", job, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["status", "gpu-dev-train-f", *SETUP]) == 0
+    out = capsys.readouterr().out
+    assert "training time: 30m00s of 1h00m00s max (50%)" in out
+    assert "train:samples_per_sec: 4410.5" in out
+    assert "model: s3://gpu-dev-artifacts/output/gpu-dev-train/x/output/model.tar.gz" in out
+
+
+def test_status_without_a_job_lists_the_setups_jobs(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    aws.stub("cloudformation").add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": STACK,
+                    "CreationTime": dt.datetime(2025, 1, 1),
+                    "StackStatus": "CREATE_COMPLETE",
+                    "Outputs": OUTPUTS,
+                }
+            ]
+        },
+        {"StackName": STACK},
+    )
+    aws.stub("sagemaker").add_response(
+        "list_training_jobs",
+        {
+            "TrainingJobSummaries": [
+                {
+                    "TrainingJobName": "gpu-dev-train-b",
+                    "TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/b",
+                    "CreationTime": dt.datetime(2025, 1, 2),
+                    "TrainingJobStatus": "InProgress",
+                },
+            ]
+        },
+        {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": 10, "NameContains": "gpu-dev-train"},
+    )
+    assert main(["status", *SETUP]) == 0
+    assert aws.calls == ["cloudformation.DescribeStacks", "sagemaker.ListTrainingJobs"]
+    assert "gpu-dev-train-b" in capsys.readouterr().out
+
+
+def test_logs_print_each_host(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    aws.stub("logs").add_response(
+        "filter_log_events",
+        {
+            "events": [
+                {
+                    "logStreamName": "gpu-dev-train-f/algo-1-1700000000",
+                    "timestamp": 1,
+                    "message": "epoch=1 step=50 loss=2.3\n",
+                    "eventId": "1",
+                },
+                {
+                    "logStreamName": "gpu-dev-train-f/algo-2-1700000000",
+                    "timestamp": 2,
+                    "message": "ready",
+                    "eventId": "2",
+                },
+            ]
+        },
+        {"logGroupName": "/aws/sagemaker/TrainingJobs", "logStreamNamePrefix": "gpu-dev-train-f/", "interleaved": True},
+    )
+    assert main(["logs", "gpu-dev-train-f", *SETUP]) == 0
+    assert capsys.readouterr().out.splitlines() == ["[algo-1] epoch=1 step=50 loss=2.3", "[algo-2] ready"]
+
+
+def test_stop_stops_the_job(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    aws.stub("sagemaker").add_response("stop_training_job", {}, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["stop", "gpu-dev-train-f", *SETUP]) == 0
+    assert aws.calls == ["sagemaker.StopTrainingJob"]
+    assert "checkpoints on SIGTERM" in capsys.readouterr().out
+
+
+def test_access_denied_on_stop_names_the_next_step(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    aws.stub("sagemaker").add_client_error(
+        "stop_training_job", service_error_code="AccessDeniedException", service_message="not authorized"
+    )
+    assert main(["stop", "gpu-dev-train-f", *SETUP]) == 1
+    err = capsys.readouterr().err
+    assert "Your AWS identity may not call StopTrainingJob" in err and "grant_run_jobs" in err
+
+
+# --------------------------------------------------------------------------------------------------
+# Plain words for AWS errors
+# --------------------------------------------------------------------------------------------------
+
+
+class _ClientError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.response = {"Error": {"Code": code, "Message": message}}
+
+
+def test_explanations_have_a_next_step() -> None:
+    assert quota_name("ml.p5.48xlarge", spot=True) == "ml.p5.48xlarge for spot training job usage"
+    assert service_quotas_url("eu-west-1").startswith("https://eu-west-1.console.aws.amazon.com/servicequotas/")
+    cases = {
+        ("InsufficientCapacityException", "no capacity"): "retry later",
+        ("ValidationException", "Invalid S3 path"): "gpuctl train --dry-run prints the exact request",
+        ("ThrottlingException", "slow down"): "wait a minute",
+        ("ResourceInUse", "exists"): "choose another name",
+        ("ExpiredTokenException", "expired"): "aws sso login",
+    }
+    for (code, message), hint in cases.items():
+        problem = explain(_ClientError(code, message), operation="CreateTrainingJob", instance_type="ml.g5.xlarge")
+        assert hint in problem.next_step, code
+        assert problem.code == code
+
+    class NoCredentialsError(Exception):
+        pass
+
+    assert "aws sso login" in explain(NoCredentialsError()).next_step
+
+
+def test_failure_reasons_in_plain_words() -> None:
+    quota = explain_failure_reason(
+        "ResourceLimitExceeded: account-level service limit", instance_type="ml.p4d.24xlarge"
+    )
+    assert "'ml.p4d.24xlarge for training job usage'" in quota.next_step
+    algo = explain_failure_reason("AlgorithmError: ExecuteUserScriptError", job_name="gpu-dev-train-a")
+    assert "gpuctl logs gpu-dev-train-a" in algo.next_step
+    data = explain_failure_reason("ClientError: No S3 objects found under S3 URL given")
+    assert "gpuctl shard" in data.next_step
+
+
+def test_train_wait_polls_until_the_job_ends(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    _stack(aws)
+    running = {**FAILED_JOB, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Downloading"}
+    done = {**FAILED_JOB, "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed"}
+    del running["FailureReason"], done["FailureReason"]
+    sagemaker = aws.stub("sagemaker")
+    sagemaker.add_response("create_training_job", {"TrainingJobArn": FAILED_JOB["TrainingJobArn"]})
+    sagemaker.add_response("describe_training_job", running, {"TrainingJobName": "gpu-dev-train-f"})
+    sagemaker.add_response("describe_training_job", done, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["train", *SETUP, "--job-name", "gpu-dev-train-f", "--wait"]) == 0
+    assert aws.calls[-2:] == ["sagemaker.DescribeTrainingJob", "sagemaker.DescribeTrainingJob"]
+    out = capsys.readouterr().out
+    assert "gpu-dev-train-f: InProgress (Downloading)" in out and "gpu-dev-train-f: Completed (Completed)" in out
+
+
+def test_logs_follow_stops_when_the_job_ends(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    logs = aws.stub("logs")
+    prefix = {"logGroupName": "/aws/sagemaker/TrainingJobs", "logStreamNamePrefix": "gpu-dev-train-f/"}
+    first = {"logStreamName": "gpu-dev-train-f/algo-1-1", "timestamp": 5, "message": "one", "eventId": "a"}
+    second = {"logStreamName": "gpu-dev-train-f/algo-1-1", "timestamp": 9, "message": "two", "eventId": "b"}
+    logs.add_response("filter_log_events", {"events": [first]}, {**prefix, "interleaved": True})
+    aws.stub("sagemaker").add_response(
+        "describe_training_job",
+        {**FAILED_JOB, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"},
+        {"TrainingJobName": "gpu-dev-train-f"},
+    )
+    logs.add_response("filter_log_events", {"events": [first, second]}, {**prefix, "interleaved": True, "startTime": 5})
+    aws.stub("sagemaker").add_response("describe_training_job", FAILED_JOB, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["logs", "gpu-dev-train-f", *SETUP, "--follow"]) == 1  # the job failed
+    assert capsys.readouterr().out.splitlines() == ["[algo-1] one", "[algo-1] two"]  # no line twice

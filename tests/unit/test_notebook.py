@@ -1,0 +1,410 @@
+"""GpuNotebook: GPU type from the catalog, private and encrypted, least-privilege role, start script.
+
+The start script (assets/notebook_on_start.sh) runs against the fake host of test_boot_script.py, with a
+fake conda environment whose python has a fake torch and, once installed, a fake gpuctl.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import assertions
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from test_boot_script import DNS, FakeHost, Run  # the shared fake host (same directory)
+
+from gpu_constructs import notebook as notebook_module
+from gpu_constructs.errors import ValidationError
+from gpu_constructs.fleet import render_script
+from gpu_constructs.notebook import GpuNotebook
+
+ASSETS = Path(__file__).resolve().parents[2] / "constructs" / "gpu_constructs" / "assets"
+START = ASSETS / "notebook_on_start.sh"
+PACKAGE = "s3://artifacts-bucket/tools/gpu_platform-0.1.0-py3-none-any.whl"
+KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+class StandInLustre:
+    def __init__(self, security_group: ec2.ISecurityGroup) -> None:
+        self.dns_name = DNS
+        self.mount_name = "abcdefgh"
+        self.connections = ec2.Connections(security_groups=[security_group], default_port=ec2.Port.tcp_range(988, 1023))
+
+
+def _base(stack: cdk.Stack) -> dict[str, Any]:
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack, "Vpc", vpc_id="vpc-1", availability_zones=["us-east-1a"], isolated_subnet_ids=["subnet-1"]
+    )
+    return {
+        "subnet": vpc.isolated_subnets[0],
+        "security_groups": [ec2.SecurityGroup(stack, "Sg", vpc=vpc, allow_all_outbound=False)],
+        "volume_key": kms.Key(stack, "Key", enable_key_rotation=True),
+        "vpc": vpc,
+    }
+
+
+@pytest.fixture(scope="module")
+def gpu_notebook() -> tuple[GpuNotebook, assertions.Template, cdk.Stack]:
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(region="us-east-1"))
+    base = _base(stack)
+    vpc = base.pop("vpc")
+    fs_sg = ec2.SecurityGroup(stack, "FsSg", vpc=vpc, allow_all_outbound=False)
+    nb = GpuNotebook(
+        stack, "Explore", notebook_name="gpu-dev-explore", instance_type="ml.g5.xlarge",
+        gpuctl_package_uri=PACKAGE, file_system=StandInLustre(fs_sg), **base,
+    )  # fmt: skip
+    return nb, assertions.Template.from_stack(stack), stack
+
+
+def _one(template: assertions.Template, kind: str) -> Any:
+    found = template.find_resources(kind)
+    assert len(found) == 1, sorted(found)
+    return next(iter(found.values()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Template
+# --------------------------------------------------------------------------------------------------
+
+
+def test_notebook_is_private_encrypted_imdsv2_and_rootless(gpu_notebook: Any) -> None:
+    nb, template, stack = gpu_notebook
+    resource = _one(template, "AWS::SageMaker::NotebookInstance")
+    props = resource["Properties"]
+    assert props["InstanceType"] == "ml.g5.xlarge" and props["NotebookInstanceName"] == "gpu-dev-explore"
+    assert props["DirectInternetAccess"] == "Disabled"
+    assert props["RootAccess"] == "Disabled"
+    assert props["InstanceMetadataServiceConfiguration"] == {"MinimumInstanceMetadataServiceVersion": "2"}
+    assert props["KmsKeyId"] == {
+        "Fn::GetAtt": [stack.get_logical_id(stack.node.find_child("Key").node.default_child), "Arn"]
+    }
+    assert props["VolumeSizeInGB"] == 50
+    assert "SubnetId" in props and len(props["SecurityGroupIds"]) == 1
+    assert props["LifecycleConfigName"]["Fn::GetAtt"][1] == "NotebookInstanceLifecycleConfigName"
+    assert any("DefaultPolicy" in d for d in resource["DependsOn"])  # permissions exist before the first start
+    assert nb.gpu_count == 1 and stack.resolve(nb.notebook_instance_name)["Fn::GetAtt"][1] == "NotebookInstanceName"
+
+
+def test_role_is_least_privilege(gpu_notebook: Any) -> None:
+    _, template, _ = gpu_notebook
+    role = _one(template, "AWS::IAM::Role")["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert "ManagedPolicyArns" not in role  # never AmazonSageMakerFullAccess
+    statements = {s["Sid"]: s for s in _one(template, "AWS::IAM::Policy")["Properties"]["PolicyDocument"]["Statement"]}
+    assert set(statements) == {"NotebookLogGroup", "NotebookLogStreams"}
+    assert json.dumps(statements["NotebookLogStreams"]["Resource"]).endswith(
+        ':log-group:/aws/sagemaker/NotebookInstances:log-stream:gpu-dev-explore/*"]]}'
+    )
+
+
+def test_lifecycle_config_runs_the_gpu_check_and_doctor(gpu_notebook: Any) -> None:
+    nb, template, _ = gpu_notebook
+    config = _one(template, "AWS::SageMaker::NotebookInstanceLifecycleConfig")["Properties"]
+    assert config["NotebookInstanceLifecycleConfigName"] == "gpu-dev-explore-gpu-check"
+    content = config["OnStart"][0]["Content"]["Fn::Base64"]
+    parts = [content] if isinstance(content, str) else content["Fn::Join"][1]
+    script = "".join(p if isinstance(p, str) else "<token>" for p in parts)
+    for line in (
+        "export NOTEBOOK_NAME='gpu-dev-explore'",
+        "export INSTANCE_TYPE='ml.g5.xlarge'",
+        "export EXPECTED_GPUS='1'",
+        f"export GPUCTL_PACKAGE_URI='{PACKAGE}'",
+        f"export LUSTRE_DNS_NAME='{DNS}'",
+        "export LUSTRE_MOUNT_PATH='/home/ec2-user/SageMaker/fsx'",
+    ):
+        assert line in script, line
+    assert '-m gpuctl doctor --expect-gpus "$EXPECTED_GPUS" --instance-type "$INSTANCE_TYPE"' in script
+    assert len(base64.b64encode(nb.start_script.encode())) < notebook_module.LIFECYCLE_CONTENT_LIMIT
+
+
+def test_lustre_traffic_opened_for_the_notebook_group(gpu_notebook: Any) -> None:
+    _, template, _ = gpu_notebook
+    ingress = [i["Properties"] for i in template.find_resources("AWS::EC2::SecurityGroupIngress").values()]
+    assert sorted(i["Description"] for i in ingress if i["FromPort"] == 988) == [
+        "Lustre LNET from GPU clients", "Lustre LNET from the FSx file system"
+    ]  # fmt: skip
+
+
+def test_cpu_type_allowed_only_without_gpu() -> None:
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(region="us-east-1"))
+    base = _base(stack)
+    base.pop("vpc")
+    nb = GpuNotebook(stack, "Cpu", notebook_name="cpu", instance_type="ml.t3.medium", gpu=False, **base)
+    assert nb.gpu_count == 0 and "export EXPECTED_GPUS='0'" in nb.start_script
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------
+
+
+def _cheap(**overrides: Any) -> GpuNotebook:
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(region="us-east-1"))
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["us-east-1a"],
+                                      isolated_subnet_ids=["subnet-1"])  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "notebook_name": "nb", "instance_type": "ml.g5.xlarge", "subnet": vpc.isolated_subnets[0],
+        "security_groups": [ec2.SecurityGroup.from_security_group_id(stack, "Sg", "sg-12345678")],
+        "volume_key": kms.Key.from_key_arn(stack, "Key", KEY_ARN),
+    }  # fmt: skip
+    kwargs.update(overrides)
+    if kwargs.get("file_system") == "SL":
+        kwargs["file_system"] = StandInLustre(ec2.SecurityGroup.from_security_group_id(stack, "Fs", "sg-87654321"))
+    return GpuNotebook(stack, "Nb", **kwargs)
+
+
+def test_cpu_type_is_rejected_when_a_gpu_is_requested_naming_fitting_gpu_types() -> None:
+    with pytest.raises(ValidationError) as info:
+        _cheap(instance_type="ml.t3.medium")
+    text = str(info.value)
+    assert text.startswith("T/Nb: instance_type='ml.t3.medium' has no NVIDIA GPU (CPU only: 2 vCPUs, 4 GiB)")
+    fitting = text.split("Fitting GPU types for notebook: ")[1]
+    assert fitting.count("'ml.g") >= 2  # e.g. 'ml.g4dn.xlarge' (1x NVIDIA T4 (16 GiB), 4 vCPUs, 16 GiB)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"instance_type": "g5.xlarge"},
+            r"'g5.xlarge' is not how SageMaker notebook spells this type; did you mean 'ml.g5.xlarge'",
+        ),
+        ({"instance_type": "ml.p5e.48xlarge"}, r"'ml.p5e.48xlarge' is not accepted by SageMaker notebook"),
+        ({"instance_type": "ml.inf2.xlarge"}, r"'ml.inf2.xlarge' has no NVIDIA GPU \(1x AWS Inferentia2"),
+        (
+            {"instance_type": "t3.medium", "gpu": False},
+            r"instance_type='t3.medium' is not allowed; allowed: a SageMaker notebook type",
+        ),
+        ({"notebook_name": "-bad"}, r"notebook_name='-bad' is not allowed"),
+        ({"volume_size_gib": 2}, r"volume_size_gib=2 is not allowed; allowed: a number in \[5, 16384\]"),
+        ({"security_groups": []}, r"security_groups=0 is not allowed; allowed: 1 to 5 security groups"),
+        (
+            {"gpuctl_package_uri": "https://example.com/gpuctl.whl"},
+            r"gpuctl_package_uri='https://example.com/gpuctl.whl'",
+        ),
+        ({"file_system": object()}, r"file_system=<object .*> is not allowed; allowed: an object with dns_name"),
+        ({"file_system": "SL", "lustre_mount_path": "fsx"}, r"lustre_mount_path='fsx' is not allowed"),
+        (
+            {"file_system": "SL", "lustre_mount_attempts": 30},
+            r"lustre_mount_attempts x lustre_retry_interval \(seconds\)=300",
+        ),
+    ],
+)
+def test_validation_rules(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        _cheap(**overrides)
+
+
+def test_lifecycle_content_limit_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notebook_module, "LIFECYCLE_CONTENT_LIMIT", 2048)
+    with pytest.raises(ValidationError, match=r"needs about \d+ base64 characters; allowed: at most 2048"):
+        _cheap()
+
+
+# --------------------------------------------------------------------------------------------------
+# The start script against a fake notebook host
+# --------------------------------------------------------------------------------------------------
+
+FAKE_GPUCTL_MAIN = """import os
+import sys
+
+args = sys.argv[1:]
+if args == ["--help"]:
+    sys.exit(0)
+assert args[:1] == ["doctor"], args
+print("GPU 0: NVIDIA A10G (compute capability 8.6), driver 570.86.15, torch CUDA 12.8")
+if os.environ.get("FAKE_DOCTOR_FAIL") == "1":
+    print("FAILED: torch sees 0 of 1 expected GPU(s)")
+    sys.exit(1)
+print("OK")
+"""
+
+
+PURELIB = sysconfig.get_paths()["purelib"]
+
+
+def notebook_host(tmp_path: Path, *, preinstalled: bool = False) -> tuple[FakeHost, dict[str, str]]:
+    host = FakeHost(tmp_path)
+    # aws s3 cp writes the downloaded file
+    aws = host.bin / "aws"
+    aws.write_text(aws.read_text() + 'case "$1 $2" in "s3 cp") : >"${!#}" ;; esac\n')
+    site = tmp_path / "site"
+    gpuctl_src = tmp_path / "gpuctl-src" / "gpuctl"
+    gpuctl_src.mkdir(parents=True)
+    (gpuctl_src / "__init__.py").write_text("")
+    (gpuctl_src / "__main__.py").write_text(FAKE_GPUCTL_MAIN)
+    site.mkdir()
+    if preinstalled:
+        (site / "gpuctl").mkdir()
+        for f in gpuctl_src.iterdir():
+            (site / "gpuctl" / f.name).write_text(f.read_text())
+    env_bin = tmp_path / "conda" / "envs" / "pytorch_p310" / "bin"
+    env_bin.mkdir(parents=True)
+    python = env_bin / "python"
+    python.write_text(
+        "#!/bin/bash\n"
+        'printf "python %s\\n" "$*" >>"$FAKE_CALLS"\n'
+        'if [ "$1 $2" = "-m pip" ]; then\n'
+        '  [ "${FAKE_PIP_FAIL:-0}" = 1 ] && { echo "ERROR: not a valid wheel" >&2; exit 1; }\n'
+        f'  mkdir -p "{site}/gpuctl" && cp "{gpuctl_src}"/* "{site}/gpuctl/"; exit 0\n'
+        "fi\n"
+        # -S: no site processing, so the project's own editable install (a .pth finder) cannot provide
+        # gpuctl; the interpreter's site-packages stay importable as a plain path entry.
+        f'PYTHONPATH="{site}:{tmp_path / "torch"}:{PURELIB}" exec "{sys.executable}" -S "$@"\n'
+    )
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    env = host.env(
+        EXPECTED_GPUS="1", INSTANCE_TYPE="ml.g5.xlarge", NOTEBOOK_NAME="gpu-dev-explore", AWS_REGION="us-east-1",
+        GPUCTL_PACKAGE_URI=PACKAGE, CONDA_DIR=str(tmp_path / "conda"), WORK_DIR=str(tmp_path / "work"),
+        LUSTRE_DNS_NAME=DNS, LUSTRE_MOUNT_NAME="abcdefgh", LUSTRE_MOUNT_PATH=str(tmp_path / "fsx"),
+        LUSTRE_MOUNT_ATTEMPTS="2", LUSTRE_RETRY_SECONDS="0", TORCH_PYTHON="",
+    )  # fmt: skip
+    return host, env
+
+
+def start(tmp_path: Path, *, preinstalled: bool = False, script: Path = START, **overrides: str) -> Run:
+    host, env = notebook_host(tmp_path, preinstalled=preinstalled)
+    env.update(overrides)
+    return host.run(script, env)
+
+
+def assert_failed(run: Run, stage: str, reason: str) -> None:
+    assert run.rc == 1, run.output
+    assert f"GPU notebook start FAILED at stage '{stage}' on gpu-dev-explore (ml.g5.xlarge): " in run.output
+    assert reason in run.output, run.output
+
+
+def test_start_installs_gpuctl_runs_doctor_and_mounts_lustre(tmp_path: Path) -> None:
+    run = start(tmp_path, FAKE_MOUNT_FAILURES="1")
+    assert run.rc == 0, run.output
+    assert "torch 2.9.0+fake (CUDA build 12.8) sees 1 GPU(s); a test kernel ran on each" in run.output
+    package = tmp_path / "work" / "gpu_platform-0.1.0-py3-none-any.whl"
+    assert f"aws s3 cp --region us-east-1 --only-show-errors {PACKAGE} {package}" in run.calls
+    assert f"python -m pip install --no-deps --no-index --quiet {package}" in run.calls
+    assert "python -m gpuctl doctor --expect-gpus 1 --instance-type ml.g5.xlarge" in run.calls
+    assert "  OK" in run.output  # doctor's report is logged
+    assert run.called("mount ") == [f"mount -t lustre -o relatime,flock {DNS}@tcp:/abcdefgh {tmp_path / 'fsx'}"] * 2
+    assert "GPU notebook start of gpu-dev-explore succeeded" in run.output
+
+
+def test_preinstalled_gpuctl_is_not_downloaded(tmp_path: Path) -> None:
+    run = start(tmp_path, preinstalled=True, LUSTRE_DNS_NAME="")
+    assert run.rc == 0, run.output
+    assert not run.called("aws ") and not run.called("mount ")
+    assert "python -m gpuctl doctor --expect-gpus 1 --instance-type ml.g5.xlarge" in run.calls
+
+
+def test_cpu_notebook_skips_the_gpu_check_but_runs_doctor(tmp_path: Path) -> None:
+    run = start(tmp_path, preinstalled=True, EXPECTED_GPUS="0", INSTANCE_TYPE="ml.t3.medium", LUSTRE_DNS_NAME="")
+    assert run.rc == 0, run.output
+    assert "no GPU requested (CPU notebook type): GPU check skipped" in run.output
+    assert not run.called("nvidia-smi")
+    assert "python -m gpuctl doctor --expect-gpus 0 --instance-type ml.t3.medium" in run.calls
+
+
+def test_rendered_lifecycle_script_runs_like_the_file(tmp_path: Path) -> None:
+    settings = {"NOTEBOOK_NAME": "gpu-dev-explore", "INSTANCE_TYPE": "ml.g5.xlarge", "EXPECTED_GPUS": "1",
+                "AWS_REGION": "us-east-1", "GPUCTL_PACKAGE_URI": PACKAGE}  # fmt: skip
+    script = tmp_path / "on-start.sh"
+    script.write_text(render_script("notebook_on_start.sh", settings))
+    host, env = notebook_host(tmp_path)
+    for key in settings:
+        env.pop(key, None)
+    env["LUSTRE_DNS_NAME"] = ""
+    run = host.run(script, env)
+    assert run.rc == 0, run.output
+    assert "python -m gpuctl doctor --expect-gpus 1 --instance-type ml.g5.xlarge" in run.calls
+
+
+def test_driver_failure_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, FAKE_NVSMI_FAIL="1")
+    assert_failed(run, "gpu", "nvidia-smi failed (driver not loaded or GPU unreachable)")
+    assert not [c for c in run.calls if "gpuctl doctor" in c]
+
+
+def test_torch_without_gpu_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, FAKE_TORCH_CUDA="0")
+    assert_failed(run, "gpu", "torch.cuda.is_available() is False")
+
+
+def test_no_torch_environment_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, CONDA_DIR=str(tmp_path / "empty-conda"))
+    assert_failed(run, "gpu", f"no conda environment with torch under {tmp_path / 'empty-conda'}/envs")
+
+
+def test_doctor_problem_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, preinstalled=True, FAKE_DOCTOR_FAIL="1")
+    assert_failed(run, "doctor", "gpuctl doctor reports a problem: FAILED: torch sees 0 of 1 expected GPU(s)")
+
+
+def test_missing_gpuctl_without_package_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, GPUCTL_PACKAGE_URI="")
+    assert_failed(run, "doctor", "gpuctl is not installed in")
+
+
+def test_package_download_failure_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, FAKE_AWS_FAIL="s3 cp")
+    assert_failed(run, "doctor", f"cannot download {PACKAGE}: An error occurred (ValidationError)")
+
+
+def test_package_install_failure_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, FAKE_PIP_FAIL="1")
+    assert_failed(run, "doctor", "cannot install")
+    assert "ERROR: not a valid wheel" in run.output
+
+
+def test_lustre_failure_fails_the_start(tmp_path: Path) -> None:
+    run = start(tmp_path, preinstalled=True, FAKE_MOUNT_ALWAYS_FAIL="1")
+    assert_failed(run, "lustre", f"could not mount {DNS}@tcp:/abcdefgh at {tmp_path / 'fsx'} after 2 attempts")
+
+
+# --------------------------------------------------------------------------------------------------
+# Config (fleets.notebooks)
+# --------------------------------------------------------------------------------------------------
+
+
+def _config(notebook: dict[str, Any]) -> Any:
+    import yaml
+
+    from stacks.config import parse_config
+
+    doc = {
+        "env_name": "dev", "region": "us-east-1", "availability_zones": ["us-east-1a"],
+        "fleets": {"notebooks": [notebook]},
+    }  # fmt: skip
+    return parse_config(yaml.safe_dump(doc), Path("config/dev.yaml"))
+
+
+def test_config_defaults() -> None:
+    (nb,) = _config({"name": "explore"}).fleets.notebooks
+    assert (nb.instance_type, nb.gpu, nb.volume_gib, nb.gpuctl_package_key) == ("ml.g5.xlarge", True, 50, None)
+    (cpu,) = _config({"name": "cpu", "instance_type": "ml.t3.medium", "gpu": False}).fleets.notebooks
+    assert cpu.instance_type == "ml.t3.medium"
+
+
+@pytest.mark.parametrize(
+    ("notebook", "message"),
+    [
+        ({"name": "explore", "instance_type": "ml.t3.medium"}, r"'ml.t3.medium' has no NVIDIA GPU .*'ml.g"),
+        ({"name": "explore", "instance_type": "g5.xlarge"}, r"did you mean 'ml.g5.xlarge'"),
+        ({"name": "explore", "instance_type": "t3.medium", "gpu": False}, r"allowed: an ml.\* SageMaker notebook type"),
+        ({"name": "Explore"}, r"fleets.notebooks.0.name: 'Explore': must match"),
+        ({"name": "explore", "volume_gib": 2}, r"volume_gib: 2: allowed: 5..16384 GiB"),
+        ({"name": "explore", "gpuctl_package_key": "tools/gpuctl.tar"}, r"must be an artifacts-bucket key of a wheel"),
+        ({"name": "explore", "artifacts_prefix": ""}, r"artifacts_prefix: ''; allowed: a non-empty prefix"),
+        ({"name": "explore", "datasets_prefix": "a/../b"}, r"datasets_prefix: 'a/../b': must be a relative S3 key"),
+    ],
+)
+def test_config_rules(notebook: dict[str, Any], message: str) -> None:
+    from stacks.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _config(notebook)

@@ -1,0 +1,511 @@
+"""TrainingPipeline and the training stack: state machine, IAM, monitoring, notifications, validation.
+
+The dev (single GPU, FastFile) and prod (multi-host, FSx, spot) stacks come from the session ``synth``
+fixture; construct-level rules use one small stack with cdk-nag off.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import assertions
+from aws_cdk import aws_iam as iam
+
+from gpu_constructs import GpuNetwork, PlatformStorage, ValidationError
+from gpu_constructs.constants import TRAINING_SUBNETS
+from gpu_constructs.images import GpuImage
+from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingPipeline
+from gpu_constructs.training_spec import FsxChannel, S3Channel, service_model_problems, substitute_sfn_samples
+from gpu_train.metrics import METRIC_DEFINITIONS
+
+ACCOUNT = "123456789012"
+
+# --------------------------------------------------------------------------------------------------
+# Helpers: a definition with deploy-time values filled in, so botocore can validate it
+# --------------------------------------------------------------------------------------------------
+
+
+def _fake(node: Any, resources: Mapping[str, Any]) -> Any:
+    """A plausible deployed value for an intrinsic function (what CloudFormation would substitute)."""
+    if "Ref" in node:
+        ref = node["Ref"]
+        pseudo = {"AWS::AccountId": ACCOUNT, "AWS::Partition": "aws", "AWS::Region": "us-east-1"}
+        if ref in pseudo:
+            return pseudo[ref]
+        kind = resources.get(ref, {}).get("Type", "")
+        return {
+            "AWS::S3::Bucket": "gpu-test-bucket",
+            "AWS::EC2::Subnet": "subnet-0123456789abcdef0",
+            "AWS::EC2::VPC": "vpc-0123456789abcdef0",
+            "AWS::KMS::Key": "1234abcd-12ab-34cd-56ef-1234567890ab",
+        }.get(kind, "ref-value")
+    if "Fn::GetAtt" in node:
+        logical, attribute = node["Fn::GetAtt"]
+        kind = resources.get(logical, {}).get("Type", "")
+        if attribute == "GroupId":
+            return "sg-0123456789abcdef0"
+        return {
+            "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/test-role",
+            "AWS::KMS::Key": f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            "AWS::S3::Bucket": "arn:aws:s3:::gpu-test-bucket",
+        }.get(kind, "getatt-value")
+    if "Fn::Select" in node:
+        index, items = node["Fn::Select"]
+        values = _fake(items, resources) if isinstance(items, dict) else items
+        return str(values[int(index)])
+    if "Fn::Split" in node:
+        delimiter, value = node["Fn::Split"]
+        return _fake(value, resources).split(delimiter)
+    if "Fn::ImportValue" in node:
+        name = node["Fn::ImportValue"]
+        if "Repository" in name and "Arn" in name:
+            return f"arn:aws:ecr:us-west-2:{ACCOUNT}:repository/gpu-prod-training"
+        if "Repository" in name:
+            return "gpu-prod-training"
+        if "ImageTag" in name:
+            return "0123abcd"
+        if "Subnet" in name:
+            return "subnet-0123456789abcdef0"
+        if "SecurityGroup" in name:
+            return "sg-0123456789abcdef0"
+        if "Key" in name:
+            return f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+        if "MountName" in name:
+            return "abcdefgh"
+        if "Lustre" in name:
+            return "fs-0123456789abcdef0"
+        return "gpu-test-bucket"
+    raise AssertionError(f"unexpected intrinsic {node}")
+
+
+def definition(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The state machine's ASL with every token replaced by a deployed-looking value."""
+    machines = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    assert len(machines) == 1
+    body = machines[0]["Properties"]["DefinitionString"]
+    if isinstance(body, dict):
+        body = "".join(p if isinstance(p, str) else _fake(p, template["Resources"]) for p in body["Fn::Join"][1])
+    return json.loads(body)
+
+
+def samples(parameters: Any, found: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Sample values for every ``.$`` path of task parameters (job names, data version ...)."""
+    found = {} if found is None else found
+    if isinstance(parameters, dict):
+        for key, value in parameters.items():
+            if key.endswith(".$"):
+                found[value] = _sample_for(key[:-2], value)
+            else:
+                samples(value, found)
+    elif isinstance(parameters, list):
+        for value in parameters:
+            samples(value, found)
+    return found
+
+
+def _sample_for(key: str, path: str) -> Any:
+    if key == "HyperParameters":
+        return {"epochs": "1", "processes_per_host": "1", "num_workers": "2"}
+    if key == "InstanceType":
+        return "ml.g5.2xlarge"
+    if key in ("TrainingJobName", "ProcessingJobName"):
+        return "gpu-test-train-abc12345"
+    match = re.fullmatch(r"States\.Format\('(.*)', .*\)", path)
+    assert match, path
+    return match.group(1).replace("{}", "v7").replace("\\'", "'")
+
+
+def policy_statements(template: Mapping[str, Any], role_hint: str) -> list[dict[str, Any]]:
+    policies = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for logical, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and role_hint in logical
+    ]
+    assert len(policies) == 1, role_hint
+    return policies[0]
+
+
+def by_sid(statements: list[dict[str, Any]], sid: str) -> dict[str, Any]:
+    found = [s for s in statements if s.get("Sid") == sid]
+    assert len(found) == 1, sid
+    return found[0]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# --------------------------------------------------------------------------------------------------
+# The deployed stacks (session synth, all four nag packs on)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev(synth: Any) -> dict[str, Any]:
+    return synth("dev").template("training")
+
+
+@pytest.fixture(scope="module")
+def prod(synth: Any) -> dict[str, Any]:
+    return synth("prod").template("training")
+
+
+def test_train_state_is_a_sync_sagemaker_task_whose_parameters_validate(dev: dict, prod: dict) -> None:
+    for template in (dev, prod):
+        states = definition(template)["States"]
+        train = states["Train"]
+        assert train["Resource"] == "arn:aws:states:::sagemaker:createTrainingJob.sync"
+        parameters = train["Parameters"]
+        resolved = substitute_sfn_samples(parameters, samples(parameters))
+        assert service_model_problems("CreateTrainingJob", resolved) == []
+        assert parameters["TrainingJobName.$"] == "$.args.job_name"
+        assert parameters["ResourceConfig"]["InstanceType.$"] == "$.args.instance_type"
+        assert parameters["HyperParameters.$"] == "$.run.hyperparameters"
+        assert parameters["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+        shard = states["ShardDataset"]
+        assert shard["Resource"] == "arn:aws:states:::sagemaker:createProcessingJob.sync"
+        resolved = substitute_sfn_samples(shard["Parameters"], samples(shard["Parameters"]))
+        assert service_model_problems("CreateProcessingJob", resolved) == []
+
+
+def test_dev_is_single_gpu_fastfile(dev: dict) -> None:
+    parameters = definition(dev)["States"]["Train"]["Parameters"]
+    assert parameters["ResourceConfig"]["InstanceCount"] == 1
+    assert {c["InputMode"] for c in parameters["InputDataConfig"]} == {"FastFile"}
+    assert parameters["EnableManagedSpotTraining"] is False
+    assert "CheckpointConfig" not in parameters
+    defaults = definition(dev)["States"]["Defaults"]["Parameters"]["defaults"]
+    assert defaults["instance_type"] == "ml.g5.xlarge"
+
+
+def test_prod_is_multi_host_fsx_spot_with_checkpoints(prod: dict) -> None:
+    parameters = definition(prod)["States"]["Train"]["Parameters"]
+    assert parameters["ResourceConfig"]["InstanceCount"] == 2
+    assert parameters["EnableInterContainerTrafficEncryption"] is True
+    assert parameters["EnableManagedSpotTraining"] is True
+    assert parameters["StoppingCondition"] == {"MaxRuntimeInSeconds": 48 * 3600, "MaxWaitTimeInSeconds": 96 * 3600}
+    assert parameters["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert "checkpoints/gpu-prod-train/{}/" in parameters["CheckpointConfig"]["S3Uri.$"]
+    for channel in parameters["InputDataConfig"]:
+        fsx = channel["DataSource"]["FileSystemDataSource"]
+        assert fsx["FileSystemType"] == "FSxLustre" and fsx["FileSystemAccessMode"] == "ro"
+        assert fsx["DirectoryPath.$"].startswith("States.Format('/abcdefgh/datasets/imagenet/{}/")
+        assert channel["InputMode"] == "File"
+    assert parameters["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]  # the file system's subnet only
+    derive = definition(prod)["States"]["Derive8x10"]
+    assert derive["Result"] == {"processes_per_host": "8", "num_workers": "10"}
+
+
+def test_instance_type_is_checked_against_the_catalog_by_a_choice(dev: dict) -> None:
+    states = definition(dev)["States"]
+    assert not [s for s in states.values() if s.get("Resource", "").startswith("arn:aws:states:::lambda")]
+    allowed: dict[str, str] = {}
+    for choice in states["ValidateInstanceType"]["Choices"]:
+        for rule in choice.get("Or", [choice]):
+            allowed[rule["StringEquals"]] = choice["Next"]
+    assert allowed["ml.g5.xlarge"] == "Derive1x2" and allowed["ml.p4d.24xlarge"] == "Derive8x10"
+    assert not any(t.startswith(("ml.m5", "ml.c5", "ml.t3", "ml.inf", "ml.trn")) for t in allowed)
+    assert "ml.p3.2xlarge" not in allowed  # EBS-only type: the storage kind differs from ml.g5.xlarge
+    assert states["ValidateInstanceType"]["Default"] == "InstanceTypeNotAllowed"
+    fail = states["InstanceTypeNotAllowed"]
+    assert fail["Type"] == "Fail" and "ml.g5.xlarge" in fail["CausePath"]
+    assert states["ValidateJobName"]["Choices"][0]["And"][1]["StringMatches"] == "gpu-dev-train-*"
+
+
+def test_failures_end_with_the_jobs_failure_reason(dev: dict) -> None:
+    states = definition(dev)["States"]
+    assert states["Train"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "DescribeFailedTrainingJob"}
+    ]
+    describe = states["DescribeFailedTrainingJob"]
+    assert describe["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob"
+    assert describe["Catch"][0]["Next"] == "TrainingJobNotCreated"
+    failed = states["TrainingJobFailed"]
+    assert "$.failure.job.FailureReason" in failed["CausePath"]
+    assert states["TrainingJobNotCreated"]["CausePath"] == "$.error.Cause"
+    output = states["Output"]["Parameters"]
+    assert output["model_artifact.$"] == "$.result.job.ModelArtifacts.S3ModelArtifacts"
+    assert output["final_metrics.$"] == "$.result.job.FinalMetricDataList"
+
+
+def test_state_machine_logs_all_to_an_encrypted_group_with_xray(dev: dict) -> None:
+    template = assertions.Template.from_json(dev)
+    template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "TracingConfiguration": {"Enabled": True},
+            "LoggingConfiguration": assertions.Match.object_like({"Level": "ALL", "IncludeExecutionData": True}),
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Logs::LogGroup",
+        {
+            "LogGroupName": "/aws/vendedlogs/states/gpu-dev-train",
+            "KmsKeyId": assertions.Match.any_value(),
+            "RetentionInDays": 30,
+        },
+    )
+
+
+def test_state_machine_role_is_scoped_to_the_prefix_and_the_job_roles(dev: dict) -> None:
+    statements = policy_statements(dev, "StateMachineRole")
+    jobs = by_sid(statements, "TrainingJobsWithThePrefix")
+    assert "sagemaker:CreateTrainingJob" in jobs["Action"]
+    assert jobs["Resource"]["Fn::Join"][1][-1] == ":training-job/gpu-dev-train-*"
+    passing = by_sid(statements, "PassOnlyTheJobRoles")
+    assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    passed = sorted(r["Fn::GetAtt"][0] for r in passing["Resource"])
+    assert len(passed) == 2 and "ExecutionRole" in passed[0] and "PrepareRole" in passed[1]
+    rules = by_sid(statements, "SyncIntegrationManagedRules")
+    assert sorted(rules["Action"]) == ["events:DescribeRule", "events:PutRule", "events:PutTargets"]
+    names = sorted(r["Fn::Join"][1][-1] for r in rules["Resource"])
+    assert names == [
+        ":rule/StepFunctionsGetEventsForSageMakerProcessingJobsRule",
+        ":rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule",
+    ]
+    for statement in statements:  # nothing else may create jobs
+        actions = as_list(statement["Action"])
+        if any(a.startswith("sagemaker:Create") for a in actions):
+            assert statement["Sid"] in ("TrainingJobsWithThePrefix", "ShardingJobsWithThePrefix")
+
+
+def test_execution_role_is_least_privilege(dev: dict) -> None:
+    roles = [
+        r for logical, r in dev["Resources"].items() if "ExecutionRole" in logical and r["Type"] == "AWS::IAM::Role"
+    ]
+    assert len(roles) == 1 and "ManagedPolicyArns" not in roles[0]["Properties"]
+    trust = roles[0]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
+    assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    statements = policy_statements(dev, "ExecutionRole")
+    logs = by_sid(statements, "JobLogs")
+    assert all(":log-group:/aws/sagemaker/TrainingJobs" in r["Fn::Join"][1][-1] for r in logs["Resource"])
+    metrics = by_sid(statements, "JobMetrics")
+    assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/TrainingJobs"}}
+    enis = by_sid(statements, "JobNetworkInterfaces")
+    assert "ec2:CreateNetworkInterface" in enis["Action"]
+    assert "ec2:Vpc" in enis["Condition"]["ArnEqualsIfExists"]
+    reads = [s for s in statements if "s3:GetObject*" in as_list(s["Action"])]
+    read_paths = [json.dumps(r) for s in reads for r in as_list(s["Resource"])]
+    assert any(p.endswith('"/imagenet/*"]]}') for p in read_paths)
+    writes = [s for s in statements if "s3:PutObject" in as_list(s["Action"])]
+    assert [json.dumps(s["Resource"]).endswith('"/output/gpu-dev-train/*"]]}') for s in writes] == [True]
+    assert all(s["Effect"] == "Allow" and "*" not in as_list(s["Action"]) for s in statements)
+
+
+def test_alarms_input_bound_metric_math_and_idle_gpu(dev: dict) -> None:
+    alarms = [r["Properties"] for r in dev["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert len(alarms) == 2
+    bound = next(a for a in alarms if "input-bound" in a["AlarmDescription"])
+    expressions = {m["Id"]: m["Expression"] for m in bound["Metrics"]}
+    main = next(m["Expression"] for m in bound["Metrics"] if m.get("ReturnData", True))
+    # ml.g5.xlarge: 1 GPU, 4 vCPUs
+    assert main == "IF(gpu / 1 < 50 AND (cpu / 4 > 80 OR disk > 80), 1, 0)"
+    assert expressions["gpu"] == 'SELECT AVG(GPUUtilization) FROM SCHEMA("/aws/sagemaker/TrainingJobs", Host)'
+    assert "CPUUtilization" in expressions["cpu"] and "DiskUtilization" in expressions["disk"]
+    idle = next(a for a in alarms if "idle" in a["AlarmDescription"])
+    assert idle["ComparisonOperator"] == "LessThanThreshold" and idle["Threshold"] == 5
+    assert idle["EvaluationPeriods"] == 6
+    for alarm in alarms:
+        assert alarm["AlarmActions"] and alarm["OKActions"]
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_dashboard_shows_gpu_cpu_disk_and_samples_per_sec(dev: dict) -> None:
+    dashboards = [r["Properties"] for r in dev["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    assert len(dashboards) == 1
+    body = json.dumps(dashboards[0]["DashboardBody"])
+    for metric in ("GPUUtilization", "GPUMemoryUtilization", "CPUUtilization", "DiskUtilization"):
+        assert f'MetricName=\\\\\\"{metric}\\\\\\"' in body, metric
+    assert "train:samples_per_sec" in body and "/aws/sagemaker/TrainingJobs,Host" in body
+    assert "gpu-dev-train" in body
+
+
+def test_failed_jobs_notify_an_encrypted_topic(dev: dict) -> None:
+    template = assertions.Template.from_json(dev)
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.sagemaker"],
+                "detail-type": ["SageMaker Training Job State Change"],
+                "detail": {"TrainingJobStatus": ["Failed"], "TrainingJobName": [{"prefix": "gpu-dev-train-"}]},
+            }
+        },
+    )
+    template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": assertions.Match.any_value()})
+    keys = [
+        r["Properties"]["KeyPolicy"]["Statement"] for r in dev["Resources"].values() if r["Type"] == "AWS::KMS::Key"
+    ]
+    principals = [json.dumps(s.get("Principal")) for statements in keys for s in statements]
+    assert any("events.amazonaws.com" in p for p in principals)
+    assert any("cloudwatch.amazonaws.com" in p for p in principals)
+
+
+def test_outputs_let_gpuctl_find_everything(dev: dict) -> None:
+    outputs = dev["Outputs"]
+    for name in ("StateMachineArn", "ExecutionRoleArn", "JobNamePrefix", "JobSpecParameter", "DashboardName"):
+        assert name in outputs
+    assert outputs["JobNamePrefix"]["Value"] == "gpu-dev-train"
+    assert not any("Fn::ImportValue" in json.dumps(o) for o in outputs.values())  # cfn-lint W6001
+    parameters = [r["Properties"] for r in dev["Resources"].values() if r["Type"] == "AWS::SSM::Parameter"]
+    assert len(parameters) == 1 and parameters[0]["Name"] == "/gpu-dev-train/job-spec"
+    assert parameters[0]["Tier"] == "Standard"
+    parts = parameters[0]["Value"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else _fake(p, dev["Resources"]) for p in parts)
+    assert len(text) < 4096  # the Standard tier's limit
+    from gpu_constructs.training_spec import TrainingJobSpec
+
+    spec = TrainingJobSpec.from_json(text)
+    request = spec.to_request("gpu-dev-train-check")
+    assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"
+    assert service_model_problems("CreateTrainingJob", request) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Construct-level rules (one small stack, nag off)
+# --------------------------------------------------------------------------------------------------
+
+
+class _Parts:
+    def __init__(self) -> None:
+        self.app = cdk.App()
+        self.stack = cdk.Stack(self.app, "T", env=cdk.Environment(account=ACCOUNT, region="us-east-1"))
+        self.network = GpuNetwork(self.stack, "Net", availability_zones=["us-east-1a"], interface_endpoints=[])
+        self.storage = PlatformStorage(self.stack, "Data", removal_policy=cdk.RemovalPolicy.DESTROY)
+        self.image = GpuImage.from_dlc(self.stack, "Image", framework_version="2.8", usage="training")
+        self.count = 0
+
+    def channels(self) -> list[S3Channel]:
+        bucket = self.storage.datasets_bucket.bucket_name
+        return [S3Channel("train", f"s3://{bucket}/ds/{{data_version}}/train/")]
+
+    def pipeline(self, **overrides: Any) -> TrainingPipeline:
+        self.count += 1
+        props: dict[str, Any] = {
+            "image": self.image,
+            "storage": self.storage,
+            "job_name_prefix": "gpu-test-train",
+            "instance_type": "ml.g5.2xlarge",
+            "channels": self.channels(),
+            "dataset_prefix": "ds/",
+            "vpc": self.network.vpc,
+            "vpc_subnets": self.network.subnets(TRAINING_SUBNETS),
+            "security_groups": [self.network.training_security_group],
+            "removal_policy": cdk.RemovalPolicy.DESTROY,
+        }
+        props.update(overrides)
+        return TrainingPipeline(self.stack, f"P{self.count}", **props)
+
+
+@pytest.fixture(scope="module")
+def parts() -> _Parts:
+    return _Parts()
+
+
+def test_grants_for_gpuctl_users(parts: _Parts) -> None:
+    pipeline = parts.pipeline(prepare=PrepareOptions(source_prefix="raw/"), notification_emails=["ml@example.com"])
+    user = iam.Role(parts.stack, "Operator", assumed_by=iam.AccountRootPrincipal())
+    pipeline.grant_run_jobs(user)
+    pipeline.grant_start_execution(user)
+    assert pipeline.grant_principal is pipeline.role
+    assert pipeline.sharding_spec is not None and pipeline.prepare_role is not None
+    assert pipeline.connections.security_groups == [parts.network.training_security_group]
+    template = assertions.Template.from_stack(parts.stack)
+    statements = policy_statements(template.to_json(), "OperatorDefaultPolicy")
+    create = next(s for s in statements if "sagemaker:CreateTrainingJob" in as_list(s["Action"]))
+    assert create["Resource"]["Fn::Join"][1][-1].endswith(":training-job/gpu-test-train-*")
+    passing = next(s for s in statements if s["Action"] == "iam:PassRole")
+    assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert any("states:StartExecution" in as_list(s["Action"]) for s in statements)
+    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ml@example.com"})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"job_name_prefix": "Bad_Prefix"}, r"job_name_prefix='Bad_Prefix' is not allowed"),
+        ({"dataset_prefix": "/abs"}, r"dataset_prefix='/abs' is not allowed"),
+        ({"dataset_prefix": "other/"}, r"channels\['train'\]\.s3_uri=.* allowed: a URI under the dataset prefix"),
+        ({"instance_type": "ml.m5.xlarge"}, r"'ml.m5.xlarge' has no NVIDIA GPU"),
+        ({"instance_type": "ml.g5.2xlarg"}, r"did you mean 'ml.g5.2xlarge'"),
+        ({"processes_per_host": 2}, r"processes_per_host=2 needs 2 GPUs"),
+        ({"spot": True, "max_wait": cdk.Duration.hours(1)}, r"max_wait_s=3600 is less than max_runtime_s=86400"),
+        ({"instance_count": 2, "inter_container_encryption": False, "production": True}, r"not allowed in production"),
+        ({"allowed_instance_types": ["ml.p3.2xlarge"]}, r"types with the same storage kind"),
+        ({"notification_emails": ["not-an-address"]}, r"notification_emails='not-an-address' is not allowed"),
+        (
+            {"alarm_thresholds": AlarmThresholds(gpu_low_pct=10, idle_gpu_pct=20)},
+            r"alarm_thresholds.idle_gpu_pct=20 is not allowed; allowed: less than gpu_low_pct=10",
+        ),
+    ],
+)
+def test_construct_rules(parts: _Parts, overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message) as info:
+        parts.pipeline(**overrides)
+    assert str(info.value).startswith("T/P")  # names the construct path
+
+
+def test_fsx_channel_needs_a_vpc(parts: _Parts) -> None:
+    fsx = [FsxChannel("train", "fs-0123456789abcdef0", "/abcdefgh/ds/{data_version}/train")]
+    with pytest.raises(ValidationError, match=r"vpc=None is not allowed; allowed: a VPC: FSx channel"):
+        parts.pipeline(channels=fsx, vpc=None, vpc_subnets=None, security_groups=None)
+
+
+def test_an_inference_image_cannot_train(parts: _Parts) -> None:
+    inference = GpuImage.from_dlc(parts.stack, "InferenceImage", framework_version="2.6", usage="inference")
+    with pytest.raises(ValidationError, match=r"image usage='inference' cannot serve as a training job"):
+        parts.pipeline(image=inference)
+
+
+# --------------------------------------------------------------------------------------------------
+# The training section of the config and the stack's helpers
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"spot": False, "max_wait_hours": 48}, "max_wait_hours is set but spot is false"),
+        ({"spot": True, "max_runtime_hours": 48, "max_wait_hours": 24}, "max_wait_hours: 24 is less than"),
+        ({"input": "fsx", "input_mode": "FastFile"}, "input_mode must be File"),
+        ({"instance_type": "ml.m5.xlarge"}, "has no NVIDIA GPU"),
+        ({"hyperparameters": {"processes_per_host": "4"}}, "processes_per_host=4 needs 4 GPUs"),
+        ({"dataset_prefix": "imagenet"}, "must be a relative S3 prefix ending in '/'"),
+        ({"name": "Train"}, "must be 1-16 lowercase letters"),
+        ({"alarms": {"gpu_low_pct": 10, "idle_gpu_pct": 20}}, "idle_gpu_pct: 20.0 must be less than gpu_low_pct"),
+    ],
+)
+def test_training_config_rules(values: dict[str, Any], message: str) -> None:
+    from pydantic import ValidationError as PydanticError
+
+    from stacks.config import TrainingConfig
+
+    with pytest.raises(PydanticError, match=re.escape(message)):
+        TrainingConfig.model_validate(values)
+
+
+def test_config_hyperparameters_become_strings_and_are_checked_by_the_runtime() -> None:
+    from stacks.config import ConfigError, TrainingConfig
+    from stacks.training_stack import check_hyperparameters
+
+    config = TrainingConfig.model_validate({"hyperparameters": {"epochs": 3, "compile": True}})
+    assert config.hyperparameters == {"epochs": "3", "compile": "true"}
+    check_hyperparameters(config)
+    with pytest.raises(ConfigError, match=r"training.hyperparameters: unknown hyperparameter 'epoch'"):
+        check_hyperparameters(TrainingConfig.model_validate({"hyperparameters": {"epoch": "3"}}))
+
+
+def test_fsx_input_needs_the_file_system(parts: _Parts) -> None:
+    from stacks.config import ConfigError, TrainingConfig
+    from stacks.training_stack import training_channels
+
+    s3, selection = training_channels(TrainingConfig(), parts.storage, None)
+    assert [c.name for c in s3] == ["train", "validation"] and selection.subnet_group_name == TRAINING_SUBNETS
+    assert all(isinstance(c, S3Channel) and c.s3_uri.endswith("/imagenet/{data_version}/" + c.name + "/") for c in s3)
+    with pytest.raises(ConfigError, match=r"'fsx' needs file_systems.lustre.enabled: true"):
+        training_channels(TrainingConfig(input="fsx", input_mode="File"), parts.storage, None)
