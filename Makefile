@@ -16,7 +16,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup synth test lint snapshot-update bench bench-gpu wheel clean
+.PHONY: help setup synth test lint snapshot-update bench bench-gpu wheel clean diagram config-reference
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,20 @@ test: lint ## lint, type-check and run the whole test suite
 
 snapshot-update: setup ## regenerate template snapshots (review the diff before committing)
 	$(PY) -m pytest tests/snapshots --snapshot-update -q
+
+# `make diagram` re-synthesizes when cdk.out is missing, of another ENV, or older than the app's code and config.
+SYNTH_INPUTS = app.py cdk.json $(shell find config stacks constructs/gpu_constructs -type f \( -name '*.py' -o -name '*.yaml' -o -name '*.sh' \) ! -name diagram.py ! -name config_reference.py 2>/dev/null)
+DIAGRAM ?= docs/architecture$(if $(filter dev,$(ENV)),,-$(ENV)).png
+
+diagram: setup ## draw the architecture diagram (docs/architecture.png) from cdk.out; synthesizes first when needed
+	@if [ ! -f cdk.out/manifest.json ] || [ "$$(cat cdk.out/.diagram-env 2>/dev/null)" != "$(ENV)" ] \
+		|| [ cdk.out/manifest.json -nt cdk.out/.diagram-env ] \
+		|| [ -n "$$(find $(SYNTH_INPUTS) -newer cdk.out/manifest.json 2>/dev/null | head -1)" ]; then \
+		$(MAKE) --no-print-directory synth ENV=$(ENV) && echo "$(ENV)" > cdk.out/.diagram-env; fi
+	$(PY) -m stacks.diagram cdk.out $(DIAGRAM)
+
+config-reference: setup ## regenerate docs/config-reference.md from the config model (stacks/config.py)
+	$(PY) -m stacks.config_reference docs/config-reference.md
 
 bench: setup ## run every CPU benchmark and rewrite its section of docs/benchmarks.md
 	$(PY) -m benchmarks.training_data

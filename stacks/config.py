@@ -1339,6 +1339,96 @@ class GitOpsConfig(_Model):
     )
 
 
+class PipelineConfig(_Model):
+    """A self-mutating CDK pipeline (AWS CodePipeline) that tests, synthesizes and deploys from git."""
+
+    connection_arn: str = Field(
+        description="AWS CodeConnections (or CodeStar Connections) ARN of the git connection, "
+        "arn:aws:codeconnections:REGION:ACCOUNT:connection/ID"
+    )
+    repository: str = Field(description="Repository as OWNER/REPO (GitHub, GitLab or Bitbucket)")
+    branch: str = Field("main", description="Branch whose pushes run the pipeline")
+    stages: tuple[str, ...] = Field(
+        description="Environments deployed in order, each a config/<env>.yaml, e.g. [dev, prod]"
+    )
+    approve_before: tuple[str, ...] = Field(
+        (), description="Stages that need a manual approval after their `cdk diff` (every production stage must)"
+    )
+    account: str | None = Field(
+        None, description="12-digit account of the pipeline (default: this environment's account; one is needed)"
+    )
+    cdk_qualifier: str = Field("hnb659fds", description="Bootstrap qualifier of the target accounts")
+    log_retention_days: Retention = Field(365, description="Retention of the CodeBuild log group")
+
+    @field_validator("connection_arn")
+    @classmethod
+    def _connection(cls, value: str) -> str:
+        if not re.fullmatch(
+            r"arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z]{2}(-[a-z]+)+-\d:\d{12}:connection/"
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            value,
+        ):
+            raise ValueError(
+                "must be a connection ARN such as arn:aws:codeconnections:us-west-2:123456789012:connection/"
+                "<uuid> (create it in the console: Developer Tools > Settings > Connections)"
+            )
+        return value
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value) or ".." in value:
+            raise ValueError("must be OWNER/REPO (letters, digits, '_', '.', '-'), e.g. acme/gpu-platform")
+        return value
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        bad = not re.fullmatch(r"[A-Za-z0-9_./-]+", value) or ".." in value or value.startswith(("/", "-"))
+        if bad or value.endswith(("/", ".lock")):
+            raise ValueError("must be one exact branch name such as main or release/1.x (no wildcards or spaces)")
+        return value
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("list at least one environment, e.g. [dev, prod]")
+        bad = [v for v in value if not re.fullmatch(r"[a-z][a-z0-9-]*", v)]
+        if bad:
+            raise ValueError(f"{bad} are not environment names; allowed: names of config/<env>.yaml files")
+        dupes = sorted({v for v in value if value.count(v) > 1})
+        if dupes:
+            raise ValueError(f"duplicate stage(s) {dupes}; list each environment once")
+        return value
+
+    @field_validator("account")
+    @classmethod
+    def _account(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\d{12}", value):
+            raise ValueError("must be a 12-digit AWS account id (quote it in YAML) or null")
+        return value
+
+    @field_validator("cdk_qualifier")
+    @classmethod
+    def _qualifier(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,10}", value):
+            raise ValueError("must be 1-10 letters, digits, '_' or '-' (cdk bootstrap --qualifier)")
+        return value
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        return _check_retention(value)
+
+    @model_validator(mode="after")
+    def _approvals(self) -> PipelineConfig:
+        unknown = [s for s in self.approve_before if s not in self.stages]
+        if unknown:
+            raise ValueError(f"approve_before: {list(unknown)} are not stages; allowed: {', '.join(self.stages)}")
+        return self
+
+
 class EnvConfig(_Model):
     """One deployment environment."""
 
@@ -1367,6 +1457,9 @@ class EnvConfig(_Model):
     fleets: FleetsConfig = Field(default_factory=lambda: FleetsConfig())
     inference: InferenceConfig = Field(default_factory=lambda: InferenceConfig())
     gitops: GitOpsConfig = Field(default_factory=lambda: GitOpsConfig())
+    pipeline: PipelineConfig | None = Field(
+        None, description="Self-mutating CodePipeline that tests and deploys the stages from git; null: none"
+    )
 
     @field_validator("account")
     @classmethod
@@ -1424,6 +1517,15 @@ class EnvConfig(_Model):
                 f"network.vpc_cidr: {net.vpc_cidr} is too small for {needed} subnets of "
                 f"/{net.subnet_cidr_mask} ({groups} groups x {len(azs)} AZs) — it holds {capacity}; "
                 "use a larger VPC or a longer subnet_cidr_mask"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _pipeline_account(self) -> EnvConfig:
+        if self.pipeline is not None and self.pipeline.account is None and self.account is None:
+            raise ValueError(
+                "pipeline.account: null needs account to be set; allowed: the 12-digit account id of the pipeline "
+                "(CodePipeline deploys across regions and accounts only from a known account)"
             )
         return self
 

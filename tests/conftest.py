@@ -35,11 +35,16 @@ class Synthesized:
 
 def synthesize(env: str, outdir: Path) -> Synthesized:
     from stacks.app_builder import build_app
-    from stacks.summary import stack_templates
 
     platform = build_app(env, outdir=str(outdir))
     platform.app.synth()  # raises when any cdk-nag pack reports an unacknowledged finding
-    templates = {name: json.loads(path.read_text()) for name, path in stack_templates(outdir).items()}
+    # Top-level stacks only: a pipeline's stages repeat the platform stacks (same names) in nested assemblies.
+    artifacts = json.loads((outdir / "manifest.json").read_text()).get("artifacts", {})
+    templates = {
+        art["properties"].get("stackName", art_id): json.loads((outdir / art["properties"]["templateFile"]).read_text())
+        for art_id, art in sorted(artifacts.items())
+        if art.get("type") == "aws:cloudformation:stack"
+    }
     return Synthesized(env=env, outdir=outdir, platform=platform, templates=templates)
 
 
@@ -62,3 +67,12 @@ def synth(tmp_path_factory: pytest.TempPathFactory):
 def synthesize_fresh():
     """The uncached ``synthesize(env, outdir)`` (for determinism checks)."""
     return synthesize
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-stateful",
+        action="store_true",
+        default=False,
+        help="rewrite tests/snapshots/stateful_resources.json (review the diff: a missing id is a replacement)",
+    )

@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "SecureBucket": "gpu_constructs.storage",
     "GpuLustreFileSystem": "gpu_constructs.fsx",
     "LustreDataRepository": "gpu_constructs.fsx",
+    "ImportedLustreFileSystem": "gpu_constructs.fsx",
     "LustreSizing": "gpu_constructs.fsx_facts",
     "size_lustre": "gpu_constructs.fsx_facts",
     "sagemaker_channel": "gpu_constructs.fsx_facts",
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ShardingJobSpec": "gpu_constructs.training_spec",
     "S3Channel": "gpu_constructs.training_spec",
     "FsxChannel": "gpu_constructs.training_spec",
+    "GitOpsDeployRole": "gpu_constructs.oidc",
     "GpuEndpoint": "gpu_constructs.endpoint",
     "ModelData": "gpu_constructs.endpoint",
     "Batching": "gpu_constructs.endpoint",
@@ -101,11 +103,12 @@ if TYPE_CHECKING:
     )
     from gpu_constructs.errors import ValidationError
     from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike
-    from gpu_constructs.fsx import GpuLustreFileSystem, LustreDataRepository
+    from gpu_constructs.fsx import GpuLustreFileSystem, ImportedLustreFileSystem, LustreDataRepository
     from gpu_constructs.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
     from gpu_constructs.images import GpuImage, SecureRepository
     from gpu_constructs.network import GpuNetwork
     from gpu_constructs.notebook import GpuNotebook
+    from gpu_constructs.oidc import GitOpsDeployRole
     from gpu_constructs.storage import PlatformStorage, SecureBucket
     from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingPipeline
     from gpu_constructs.training_spec import FsxChannel, S3Channel, ShardingJobSpec, TrainingJobSpec

@@ -290,7 +290,11 @@ def grant_objects(grantee: iam.IGrantable, bucket: s3.IBucket, pattern: str, *, 
 
 @dataclass(frozen=True)
 class BatchingEnv:
-    """Names of the environment variables through which an inference server reads its batching."""
+    """Names of the environment variables through which an inference server reads its batching.
+
+    :param max_batch_size: the variable holding the largest batch (requests per forward pass).
+    :param max_batch_delay_ms: the variable holding how long a batch may wait to fill, in milliseconds.
+    """
 
     max_batch_size: str
     max_batch_delay_ms: str

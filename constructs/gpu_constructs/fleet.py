@@ -306,6 +306,9 @@ class GpuFleet(Construct):
         stays below this (default: 5).
     :param idle_gpu_period: for this long (default: 1 hour, a multiple of 5 minutes up to 1 day).
     :param max_gpu_temperature_celsius: the temperature alarm threshold (default: 85).
+    :param role: an existing instance role trusted by ``ec2.amazonaws.com`` (default: a new role). The
+        fleet adds its statements (Session Manager, CloudWatch agent, boot signals) to the role's policy;
+        give a role that this fleet alone uses, imported mutable (``iam.Role.from_role_arn(...)``).
     """
 
     def __init__(
@@ -346,6 +349,7 @@ class GpuFleet(Construct):
         idle_gpu_threshold_percent: float = 5,
         idle_gpu_period: Duration = Duration.hours(1),
         max_gpu_temperature_celsius: float = 85,
+        role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._validate_fleet_name(fleet_name)
@@ -426,7 +430,7 @@ class GpuFleet(Construct):
         self.topic = notifications_topic
 
         # -- instance role ------------------------------------------------------------------------------
-        self.role = iam.Role(
+        self.role: iam.IRole = role or iam.Role(
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -771,8 +775,11 @@ class GpuFleet(Construct):
         ]
         for statement, _reason in statements:
             role.add_to_principal_policy(statement)
-        policy = role.node.try_find_child("DefaultPolicy")
-        assert policy is not None
+        # A new role's DefaultPolicy, or the Policy the CDK attaches to an imported (mutable) role.
+        policy = role.node.try_find_child("DefaultPolicy") or role.node.try_find_child("Policy")
+        self._wildcards: PolicyWildcards | None = None
+        if policy is None:  # an immutable imported role: its owner grants these permissions
+            return
         nag.acknowledge_compliance(policy, "IAMNoInlinePolicy", DEFAULT_POLICY_REASON)
         self._wildcards = PolicyWildcards(policy)
         for statement, reason in statements:
@@ -786,6 +793,8 @@ class GpuFleet(Construct):
         objects, and add KMS data-key actions (``kms:GenerateDataKey*``, ``kms:ReEncrypt*``) on the buckets'
         ``encryption_key``; each grant is limited to one prefix of one bucket and to that key.
         """
+        if self._wildcards is None:  # an immutable imported role: no policy here to acknowledge
+            return
         for grant in grants:
             for statement in grant.principal_statements:
                 self._wildcards.expect(statement, DATA_GRANT_REASON)

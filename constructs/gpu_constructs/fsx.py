@@ -127,6 +127,8 @@ class LustreDataRepository:
     :param grant_bucket_key: add a key-policy statement letting the file system's FSx S3 service-linked
         role use the bucket's customer managed KMS key through S3 (default: True; only possible when the
         key is defined in this app).
+    :param events: the S3/file events that auto import and auto export apply (default: NEW, CHANGED and
+        DELETED; a non-empty subset of them).
     """
 
     bucket: s3.IBucket
@@ -511,6 +513,76 @@ class GpuLustreFileSystem(Construct):
         target = mount_path or self.mount_path
         self._validate_mount_path(target)
         return f"mkdir -p {target} && mount -t lustre -o relatime,flock {self.dns_name}@tcp:/{self.mount_name} {target}"
+
+
+@jsii.implements(ec2.IConnectable)
+class ImportedLustreFileSystem(Construct):
+    """An existing FSx for Lustre file system, for fleets, notebooks and training channels.
+
+    It creates nothing: it carries the attributes a client needs (mount ``<dns_name>@tcp:/<mount_name>``)
+    and ``connections`` over the file system's existing security groups, so ``GpuFleet(file_system=...)``
+    and ``GpuNotebook(file_system=...)`` open the Lustre ports to their clients as for a new one.
+
+    :param file_system_id: ``fs-...`` (required).
+    :param dns_name: the file system's DNS name, ``fs-....fsx.<region>.amazonaws.com`` (required).
+    :param mount_name: the Lustre mount name (required; ``fsx`` for SCRATCH_1 file systems).
+    :param security_groups: the file system's security groups (required, at least one).
+    :param mount_path: where clients mount it (default: ``/fsx``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        file_system_id: str,
+        dns_name: str,
+        mount_name: str,
+        security_groups: Sequence[ec2.ISecurityGroup],
+        mount_path: str = "/fsx",
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not is_token(file_system_id) and not re.fullmatch(r"fs-[0-9a-f]{8,17}", file_system_id):
+            raise fail(self, "file_system_id", file_system_id, "an FSx file system id 'fs-' + 8 to 17 hex digits")
+        if not security_groups:
+            raise fail(self, "security_groups", [], "at least one security group of the file system")
+        if not mount_path.startswith("/") or ".." in mount_path:
+            raise fail(self, "mount_path", mount_path, "an absolute path without '..'")
+        self.file_system_id = file_system_id
+        self.dns_name = dns_name
+        self.mount_name = mount_name
+        self.mount_path = mount_path
+        self._connections = ec2.Connections(security_groups=list(security_groups))
+
+    @property
+    def connections(self) -> ec2.Connections:
+        """The file system's security groups (no default port: clients open :data:`LUSTRE_PORTS`)."""
+        return self._connections
+
+    def directory_path(self, path: str = "") -> str:
+        """``DirectoryPath`` of a SageMaker channel: ``/<mount name>/<path>`` (default: the root)."""
+        if path.startswith("/") or ".." in path:
+            raise fail(self, "path", path, "a path relative to the file system root, without '..'")
+        return f"/{self.mount_name}/{path}".rstrip("/") if path else f"/{self.mount_name}"
+
+    def sagemaker_channel(
+        self,
+        channel_name: str = "training",
+        *,
+        path: str = "",
+        access_mode: AccessMode = "ro",
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        """The ``CreateTrainingJob`` channel that mounts ``path`` of this file system (:func:`sagemaker_channel`)."""
+        return sagemaker_channel(
+            file_system_id=self.file_system_id,
+            file_system_type="FSxLustre",
+            directory_path=self.directory_path(path),
+            channel_name=channel_name,
+            access_mode=access_mode,
+            content_type=content_type,
+            where=path_of(self),
+        )
 
 
 def lustre_ports_text(ports: Sequence[ec2.Port] = LUSTRE_PORTS) -> str:

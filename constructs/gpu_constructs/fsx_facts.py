@@ -140,7 +140,9 @@ def check_deployment_type(where: str, value: Any) -> LustreDeploymentTypeName:
 class LustreSizing:
     """A valid configuration chosen by :func:`size_lustre`."""
 
+    #: ``SCRATCH_2`` or ``PERSISTENT_2``.
     deployment_type: LustreDeploymentTypeName
+    #: Storage capacity in GiB (1200, 2400 or a multiple of 2400).
     storage_capacity_gib: int
     #: ``PerUnitStorageThroughput`` (None for SCRATCH_2).
     per_unit_storage_throughput: int | None

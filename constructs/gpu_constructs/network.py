@@ -8,7 +8,7 @@ stacks, and every interface endpoint admits HTTPS only from those groups (throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -72,6 +72,16 @@ class GpuNetwork(Construct):
     :param removal_policy: policy of the log group and key (default: RETAIN).
     :param s3_gateway_endpoint: add an S3 gateway endpoint (default: True; set False when an adopted VPC
         already has one).
+    :param training_security_group: an existing group for training jobs (default: a new group with HTTPS
+        egress and all traffic between its members).
+    :param endpoint_security_group: an existing group for inference endpoints (default: a new group with
+        HTTPS egress only).
+    :param fleet_security_group: an existing group for fleets and notebooks (default: a new group with
+        HTTPS egress and all traffic between its members).
+    :param workload_subnets: subnets per workload group, keyed by ``TRAINING_SUBNETS``,
+        ``ENDPOINT_SUBNETS`` or ``FLEET_SUBNETS`` (default: the new VPC's subnet group of that name; for
+        an adopted VPC whose subnets carry other names, give the selections here, e.g.
+        ``ec2.SubnetSelection(subnets=[...])``). :meth:`subnets` returns them.
     """
 
     def __init__(
@@ -89,12 +99,18 @@ class GpuNetwork(Construct):
         flow_logs_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         s3_gateway_endpoint: bool = True,
+        training_security_group: ec2.ISecurityGroup | None = None,
+        endpoint_security_group: ec2.ISecurityGroup | None = None,
+        fleet_security_group: ec2.ISecurityGroup | None = None,
+        workload_subnets: Mapping[str, ec2.SubnetSelection] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         endpoint_names = list(DEFAULT_INTERFACE_ENDPOINTS if interface_endpoints is None else interface_endpoints)
         self._validate_endpoints(endpoint_names)
         self._validate_nat(nat_gateways, availability_zones)
         self._validate_mask(subnet_cidr_mask)
+        self._validate_workload_subnets(workload_subnets)
+        self._workload_subnets = dict(workload_subnets or {})
 
         self.flow_logs_key: kms.IKey | None = None
         self.flow_log_group: logs.ILogGroup | None = None
@@ -151,13 +167,14 @@ class GpuNetwork(Construct):
 
         # Workload security groups. Egress is HTTPS only (AWS APIs via endpoints / S3 gateway) plus all
         # traffic within the group for collective communication (NCCL / EFA between training hosts).
-        self.training_security_group = self._workload_sg(
+        # An existing group is used as it is: its rules stay the owner's.
+        self.training_security_group: ec2.ISecurityGroup = training_security_group or self._workload_sg(
             "TrainingSecurityGroup", "SageMaker training jobs and processing jobs", intra_group=True
         )
-        self.endpoint_security_group = self._workload_sg(
+        self.endpoint_security_group: ec2.ISecurityGroup = endpoint_security_group or self._workload_sg(
             "EndpointSecurityGroup", "SageMaker inference endpoints", intra_group=False
         )
-        self.fleet_security_group = self._workload_sg(
+        self.fleet_security_group: ec2.ISecurityGroup = fleet_security_group or self._workload_sg(
             "FleetSecurityGroup", "EC2 GPU fleets and notebooks", intra_group=True
         )
 
@@ -177,7 +194,7 @@ class GpuNetwork(Construct):
                 private_dns_enabled=True,
                 open=False,
                 security_groups=[self.endpoint_security_group_for_vpce],
-                subnets=self._endpoint_subnets(vpc),
+                subnets=self._workload_subnets.get(ENDPOINT_SUBNETS) or self._endpoint_subnets(vpc),
             )
             self.interface_endpoints[name] = endpoint
         for sg in self.workload_security_groups:
@@ -199,6 +216,12 @@ class GpuNetwork(Construct):
         if nat_gateways < 0 or (azs and nat_gateways > upper):
             raise fail(self, "nat_gateways", nat_gateways, f"0..{upper} (at most one per AZ)")
 
+    def _validate_workload_subnets(self, selections: Mapping[str, ec2.SubnetSelection] | None) -> None:
+        allowed = (TRAINING_SUBNETS, ENDPOINT_SUBNETS, FLEET_SUBNETS)
+        unknown = sorted(set(selections or {}) - set(allowed))
+        if unknown:
+            raise fail(self, "workload_subnets", unknown, f"keys among {', '.join(allowed)}")
+
     def _validate_mask(self, mask: int) -> None:
         if not 16 <= mask <= 28:
             raise fail(self, "subnet_cidr_mask", mask, "16..28")
@@ -218,7 +241,8 @@ class GpuNetwork(Construct):
         return sg
 
     @property
-    def workload_security_groups(self) -> list[ec2.SecurityGroup]:
+    def workload_security_groups(self) -> list[ec2.ISecurityGroup]:
+        """The training, endpoint and fleet security groups (created here or passed in)."""
         return [self.training_security_group, self.endpoint_security_group, self.fleet_security_group]
 
     @staticmethod
@@ -304,4 +328,6 @@ class GpuNetwork(Construct):
         """Subnet selection of one workload group (``TRAINING_SUBNETS``, ``ENDPOINT_SUBNETS``, ``FLEET_SUBNETS``)."""
         if group not in (TRAINING_SUBNETS, ENDPOINT_SUBNETS, FLEET_SUBNETS):
             raise fail(self, "group", group, f"{TRAINING_SUBNETS}, {ENDPOINT_SUBNETS}, {FLEET_SUBNETS}")
+        if group in self._workload_subnets:
+            return self._workload_subnets[group]
         return ec2.SubnetSelection(subnet_group_name=group)

@@ -139,8 +139,17 @@ class SecureBucket(Construct):
 class PlatformStorage(Construct):
     """The data KMS key and the datasets, artifacts and access-log buckets.
 
+    Each bucket is either created here (a :class:`SecureBucket`) or an existing one you pass in, for example
+    ``s3.Bucket.from_bucket_attributes(self, "Data", bucket_name=..., encryption_key=key)``: give an imported
+    bucket its ``encryption_key`` so the grants include the KMS permissions. Nothing is changed on an
+    existing bucket (no policy, lifecycle or logging); the grants only touch the grantee's policy.
+
     :param key: KMS key for every bucket (default: a new key with yearly rotation). Later stacks use the
         same key for FSx, EBS volumes and SageMaker volumes through :attr:`key`.
+    :param datasets_bucket: an existing datasets bucket (default: a new ``SecureBucket``).
+    :param artifacts_bucket: an existing artifacts bucket (default: a new ``SecureBucket``).
+    :param access_logs_bucket: an existing bucket for server access logs of the buckets created here
+        (default: a new ``SecureBucket`` when this construct creates a bucket; none when both buckets exist).
     :param removal_policy: policy of buckets and key (default: RETAIN; use DESTROY only for disposable dev).
     :param checkpoint_expiration: delete ``checkpoints/`` objects after this (default: 30 days).
     :param noncurrent_version_expiration: default: 30 days.
@@ -159,6 +168,9 @@ class PlatformStorage(Construct):
         noncurrent_version_expiration: Duration = Duration.days(30),
         abort_incomplete_multipart_upload_after: Duration = Duration.days(7),
         access_logs_expiration: Duration = Duration.days(365),
+        datasets_bucket: s3.IBucket | None = None,
+        artifacts_bucket: s3.IBucket | None = None,
+        access_logs_bucket: s3.IBucket | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         require_range(self, "checkpoint_expiration (days)", checkpoint_expiration.to_days(), minimum=1)
@@ -173,60 +185,84 @@ class PlatformStorage(Construct):
                 pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
             )
         self.key: kms.IKey = key
-        # S3 server access logging writes as logging.s3.amazonaws.com: it needs the key to write SSE-KMS
-        # objects into the access-log bucket, for this account's buckets only.
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowS3ServerAccessLogDelivery",
-                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
-                actions=["kms:GenerateDataKey*", "kms:Encrypt", "kms:Decrypt"],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+        creates_buckets = datasets_bucket is None or artifacts_bucket is None
+        if creates_buckets and access_logs_bucket is None:
+            # S3 server access logging writes as logging.s3.amazonaws.com: it needs the key to write SSE-KMS
+            # objects into the access-log bucket, for this account's buckets only.
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowS3ServerAccessLogDelivery",
+                    principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                    actions=["kms:GenerateDataKey*", "kms:Encrypt", "kms:Decrypt"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+                )
             )
-        )
         common = {
             "encryption_key": key,
             "removal_policy": removal_policy,
             "noncurrent_version_expiration": noncurrent_version_expiration,
             "abort_incomplete_multipart_upload_after": abort_incomplete_multipart_upload_after,
         }
-        self.access_logs = SecureBucket(
-            self,
-            "AccessLogs",
-            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=access_logs_expiration)],
-            **common,  # type: ignore[arg-type]
-        )
-        nag.checkov_skip(self.access_logs.bucket, "CKV_AWS_18", ACCESS_LOGS_SELF_REASON)
-        self.datasets = SecureBucket(
-            self,
-            "Datasets",
-            server_access_logs_bucket=self.access_logs.bucket,
-            **common,  # type: ignore[arg-type]
-        )
-        self.artifacts = SecureBucket(
-            self,
-            "Artifacts",
-            server_access_logs_bucket=self.access_logs.bucket,
-            lifecycle_rules=[
-                s3.LifecycleRule(id="ExpireCheckpoints", prefix=CHECKPOINTS_PREFIX, expiration=checkpoint_expiration)
-            ],
-            **common,  # type: ignore[arg-type]
-        )
+        #: The buckets this construct created (None where an existing bucket was given).
+        self.access_logs: SecureBucket | None = None
+        self.datasets: SecureBucket | None = None
+        self.artifacts: SecureBucket | None = None
+        if creates_buckets and access_logs_bucket is None:
+            self.access_logs = SecureBucket(
+                self,
+                "AccessLogs",
+                lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=access_logs_expiration)],
+                **common,  # type: ignore[arg-type]
+            )
+            nag.checkov_skip(self.access_logs.bucket, "CKV_AWS_18", ACCESS_LOGS_SELF_REASON)
+            access_logs_bucket = self.access_logs.bucket
+        self._access_logs_bucket = access_logs_bucket
+        if datasets_bucket is None:
+            self.datasets = SecureBucket(
+                self,
+                "Datasets",
+                server_access_logs_bucket=access_logs_bucket,
+                **common,  # type: ignore[arg-type]
+            )
+            datasets_bucket = self.datasets.bucket
+        if artifacts_bucket is None:
+            self.artifacts = SecureBucket(
+                self,
+                "Artifacts",
+                server_access_logs_bucket=access_logs_bucket,
+                lifecycle_rules=[
+                    s3.LifecycleRule(
+                        id="ExpireCheckpoints", prefix=CHECKPOINTS_PREFIX, expiration=checkpoint_expiration
+                    )
+                ],
+                **common,  # type: ignore[arg-type]
+            )
+            artifacts_bucket = self.artifacts.bucket
+        self._datasets_bucket: s3.IBucket = datasets_bucket
+        self._artifacts_bucket: s3.IBucket = artifacts_bucket
 
     @property
     def datasets_bucket(self) -> s3.IBucket:
-        return self.datasets.bucket
+        """The datasets bucket (created here or the one passed in)."""
+        return self._datasets_bucket
 
     @property
     def artifacts_bucket(self) -> s3.IBucket:
-        return self.artifacts.bucket
+        """The artifacts bucket (``output/``, ``checkpoints/``, ``models/``; created here or passed in)."""
+        return self._artifacts_bucket
+
+    @property
+    def access_logs_bucket(self) -> s3.IBucket | None:
+        """The server access-log bucket (None when both data buckets were passed in without one)."""
+        return self._access_logs_bucket
 
     # -- grants -----------------------------------------------------------------------------------------
 
     def grant_read_datasets(self, grantee: iam.IGrantable, prefix: str = "") -> iam.Grant:
         """Read (Get/List) objects of the datasets bucket under ``prefix`` (default: all) and decrypt them."""
         prefix = _normalize_prefix(self, "prefix", prefix)
-        return self.datasets.bucket.grant_read(grantee, f"{prefix}*")
+        return self._datasets_bucket.grant_read(grantee, f"{prefix}*")
 
     def grant_write_artifacts(self, grantee: iam.IGrantable, prefix: str = OUTPUT_PREFIX) -> iam.Grant:
         """Write (Put/Abort multipart) objects of the artifacts bucket under ``prefix`` and encrypt them.
@@ -236,19 +272,19 @@ class PlatformStorage(Construct):
         prefix = _normalize_prefix(self, "prefix", prefix)
         if not prefix:
             raise fail(self, "prefix", prefix, "a non-empty prefix such as 'output/' (write access is per prefix)")
-        return self.artifacts.bucket.grant_put(grantee, f"{prefix}*")
+        return self._artifacts_bucket.grant_put(grantee, f"{prefix}*")
 
     def grant_read_artifacts(self, grantee: iam.IGrantable, prefix: str = MODELS_PREFIX) -> iam.Grant:
         """Read objects of the artifacts bucket under ``prefix`` (default: ``models/``) and decrypt them."""
         prefix = _normalize_prefix(self, "prefix", prefix)
-        return self.artifacts.bucket.grant_read(grantee, f"{prefix}*")
+        return self._artifacts_bucket.grant_read(grantee, f"{prefix}*")
 
     def grant_read_write_checkpoints(self, grantee: iam.IGrantable, prefix: str = CHECKPOINTS_PREFIX) -> iam.Grant:
         """Read and write spot-training checkpoints under ``prefix`` (default: ``checkpoints/``)."""
         prefix = _normalize_prefix(self, "prefix", prefix)
         if not prefix.startswith(CHECKPOINTS_PREFIX):
             raise fail(self, "prefix", prefix, f"a prefix under {CHECKPOINTS_PREFIX!r}")
-        return self.artifacts.bucket.grant_read_write(grantee, f"{prefix}*")
+        return self._artifacts_bucket.grant_read_write(grantee, f"{prefix}*")
 
 
 ACCESS_LOGS_SELF_REASON = (

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import jsii
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack
+from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Size, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
@@ -211,6 +211,10 @@ class TrainingPipeline(Construct):
     :param tags: tags of every job (default none).
     :param spec_parameter_name: SSM parameter holding the job spec JSON for ``gpuctl``
         (default ``/<job_name_prefix>/job-spec``).
+    :param role: an existing execution role of the training jobs, trusted by ``sagemaker.amazonaws.com``
+        (default: a new role). The setup adds its grants (datasets prefix, artifacts prefixes, image pull,
+        logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
+        (``iam.Role.from_role_arn(...)``). The prepare step always has a role of its own.
     """
 
     def __init__(
@@ -251,6 +255,7 @@ class TrainingPipeline(Construct):
         alarm_thresholds: AlarmThresholds | None = None,
         tags: Mapping[str, str] | None = None,
         spec_parameter_name: str | None = None,
+        role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._validate_image(image, instance_type)
@@ -280,6 +285,9 @@ class TrainingPipeline(Construct):
             )
             group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs")
             group.connections.allow_internally(ec2.Port.all_traffic(), "NCCL between the hosts of one job")
+            ingress = group.node.try_find_child(f"from {Names.unique_id(group)}:ALL TRAFFIC")
+            if ingress is not None:
+                nag.acknowledge_compliance(ingress, "EC2RestrictedCommonPorts", JOB_GROUP_INTERNAL_REASON)
             self.security_groups = [group]
         self._connections = ec2.Connections(security_groups=self.security_groups)
         subnet_ids: list[str] = []
@@ -287,7 +295,7 @@ class TrainingPipeline(Construct):
             subnet_ids = vpc.select_subnets(**_selection_kwargs(vpc_subnets)).subnet_ids
 
         # -- roles --------------------------------------------------------------------------------------
-        self.role = self._job_role("ExecutionRole", "training", vpc)
+        self.role = self._job_role("ExecutionRole", "training", vpc, existing=role)
         output_prefix = f"output/{job_name_prefix}/"
         checkpoint_prefix = f"checkpoints/{job_name_prefix}/"
         storage.grant_read_datasets(self.role, dataset_prefix)
@@ -334,7 +342,7 @@ class TrainingPipeline(Construct):
         self.allowed_instance_types = self._allowed_types(allowed_instance_types)
 
         # -- optional prepare step ----------------------------------------------------------------------
-        self.prepare_role: iam.Role | None = None
+        self.prepare_role: iam.IRole | None = None
         self.sharding_spec: ShardingJobSpec | None = None
         if prepare is not None:
             self.sharding_spec = self._sharding_spec(prepare, channels, dataset_prefix, vpc, tags)
@@ -595,11 +603,14 @@ class TrainingPipeline(Construct):
     def _job_arn(self, kind: str, prefix: str) -> str:
         return Stack.of(self).format_arn(service="sagemaker", resource=kind, resource_name=f"{prefix}-*")
 
-    def _job_role(self, construct_id: str, kind: str, vpc: ec2.IVpc | None) -> iam.Role:
-        """A SageMaker job role with logs, metrics and (in a VPC) network-interface permissions."""
+    def _job_role(
+        self, construct_id: str, kind: str, vpc: ec2.IVpc | None, *, existing: iam.IRole | None = None
+    ) -> iam.IRole:
+        """A SageMaker job role (``existing`` or a new one) with logs, metrics and (in a VPC) network-interface
+        permissions."""
         stack = Stack.of(self)
         namespace = TRAINING_NAMESPACE if kind == "training" else PROCESSING_NAMESPACE
-        role = iam.Role(
+        role = existing or iam.Role(
             self,
             construct_id,
             assumed_by=iam.ServicePrincipal(
@@ -672,7 +683,8 @@ class TrainingPipeline(Construct):
                     },
                 )
             )
-        policy = role.node.try_find_child("DefaultPolicy")
+        # A new role's DefaultPolicy, or the Policy the CDK attaches to an imported (mutable) role.
+        policy = role.node.try_find_child("DefaultPolicy") or role.node.try_find_child("Policy")
         if policy is not None:
             self._acknowledge_job_policy(policy, kind)
         return role
@@ -1426,3 +1438,9 @@ class _ExpectedWildcards:
                     nag.acknowledge(cfn, nag.AWS_SOLUTIONS, f"IAM5[{finding}]", reason)
                     break
         return []
+
+
+JOB_GROUP_INTERNAL_REASON = (
+    "Safe because the rule admits traffic only from this same security group (the hosts of one training job "
+    "exchanging NCCL traffic on dynamic ports); nothing outside the group, and no CIDR, can reach these ports"
+)

@@ -397,6 +397,7 @@ class S3Channel:
     :param content_type: MIME type passed to the container (default: none).
     :param compression: ``None`` or ``Gzip`` (Pipe mode only; default: not set).
     :param shuffle_seed: Pipe mode: shuffle the object list with this seed on each pass (default: off).
+    :param type: the channel kind, always ``s3`` (set by the class; it tells channels apart in JSON).
     """
 
     name: str
@@ -460,6 +461,7 @@ class FsxChannel:
     :param directory_path: ``/<mount_name>/<path>``; may contain ``{data_version}``.
     :param access_mode: ``ro`` (default) or ``rw``.
     :param file_system_type: ``FSxLustre`` (default).
+    :param type: the channel kind, always ``fsx`` (set by the class; it tells channels apart in JSON).
     """
 
     name: str
@@ -1017,6 +1019,7 @@ class ShardingJobSpec:
     :param subnets / security_group_ids / inter_container_encryption / network_isolation: as for training.
     :param data_version: default version for ``{data_version}`` (default ``v1``).
     :param job_name_prefix: processing job names start with it (default: none).
+    :param tags: tags of every processing job (default: none).
     """
 
     image_uri: str

@@ -1,0 +1,487 @@
+"""The GitOps pipeline stack: a self-mutating CDK pipeline (aws-cdk-lib ``pipelines``) that delivers from git.
+
+Source: a CodeConnections connection to ``pipeline.repository`` at ``pipeline.branch``. The synth step runs
+what CI runs — ``bash .ci/run`` (install, lint, ``make test`` with every security gate) and then
+``make synth ENV=<env>`` for every stage, the pipeline's own environment last (its cloud assembly is the
+step's output) — so a failing test or an unacknowledged cdk-nag finding stops the pipeline. Then the pipeline
+updates itself, and deploys one stage per ``pipeline.stages`` entry, in order. Before a stage listed in
+``pipeline.approve_before`` a CodeBuild step prints its ``cdk diff`` and a manual approval waits for a reviewer.
+
+Artifacts go to a versioned, KMS-encrypted, access-logged bucket; CodeBuild logs to a KMS-encrypted log group.
+
+Stage stacks keep the app's stack names and the logical ids of every stateful resource. Resources whose ids or
+names embed the construct path (security-group rules between groups, scaling-policy names, ``Name`` tags)
+differ from a root-level ``cdk deploy``: deliver each environment either by the pipeline or by ``cdk deploy``,
+not both in turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import Duration, Environment, RemovalPolicy, Stack, pipelines
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_codepipeline as codepipeline
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct, IValidation
+
+from gpu_constructs import nag
+from gpu_constructs.errors import ValidationError, fail
+from gpu_constructs.retention import retention_days
+from gpu_constructs.storage import SecureBucket
+from stacks.config import EnvConfig, PipelineConfig, load_config
+from stacks.stage import PlatformStage, stage_id
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: CodeBuild image of every step: Ubuntu 22.04 with Python 3.11 and Node.js 20.
+BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
+RUNTIME_VERSIONS = {"python": "3.11", "nodejs": "20"}
+
+
+def pipeline_stack_name(prefix: str) -> str:
+    return f"{prefix}-pipeline"
+
+
+def cdk_cli_version() -> str:
+    """The CDK CLI version package.json pins (``make synth`` uses it; so do the pipeline's steps)."""
+    package = json.loads((ROOT / "package.json").read_text())
+    return str(package["devDependencies"]["aws-cdk"])
+
+
+def synth_commands(own_env: str, stages: tuple[str, ...]) -> list[str]:
+    """The synth step's commands: CI first, then ``make synth`` per environment, the pipeline's own env last."""
+    others = [env for env in stages if env != own_env]
+    commands = ["bash .ci/run"]
+    commands += [f"make synth ENV={env}" for env in others]
+    # The last synth is the pipeline's cloud assembly: start from an empty cdk.out so nothing stale ships.
+    commands += ["rm -rf cdk.out", f"make synth ENV={own_env}"]
+    return commands
+
+
+def diff_command(pipeline_stack: str, stage: str) -> str:
+    """``cdk diff`` of every stack of one stage, read from the synthesized assembly (the step's input)."""
+    return f"npx --no-install cdk diff --app . --no-change-set --no-color '{pipeline_stack}/{stage}/*'"
+
+
+class PipelineStack(Stack):
+    """Self-mutating CodePipeline: source from git, test + synth, then one deployment stage per environment.
+
+    :param config: the environment the pipeline belongs to (its region; account: ``pipeline.account`` or
+        ``config.account``).
+    :param pipeline: the pipeline section of that config.
+    :param stage_configs: config of each stage by name (default: ``load_config(name)`` for each name).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvConfig,
+        pipeline: PipelineConfig,
+        stage_configs: Mapping[str, EnvConfig] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        account = pipeline.account or config.account
+        if account is None:
+            raise fail(construct_id, "pipeline.account", None, "a 12-digit account id (or set the env's account)")
+        super().__init__(scope, construct_id, env=Environment(account=account, region=config.region), **kwargs)
+        self._validate_connection(pipeline, account, config.region)
+        configs = {name: (stage_configs or {}).get(name) or load_config(name) for name in pipeline.stages}
+        self._validate_production_approval(pipeline, configs)
+        self.pipeline_config = pipeline
+        removal = RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
+
+        self.key = kms.Key(
+            self,
+            "ArtifactsKey",
+            description=f"Encrypts the artifacts and build logs of {construct_id}",
+            enable_key_rotation=True,
+            removal_policy=removal,
+            pending_window=Duration.days(30 if removal == RemovalPolicy.RETAIN else 7),
+        )
+        self._allow_service_logs(self.key)
+        self.access_logs = SecureBucket(
+            self,
+            "AccessLogs",
+            encryption_key=self.key,
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=Duration.days(365))],
+            removal_policy=removal,
+        )
+        nag.checkov_skip(self.access_logs.bucket, "CKV_AWS_18", ACCESS_LOGS_SELF_REASON)
+        self.artifacts = SecureBucket(
+            self,
+            "Artifacts",
+            encryption_key=self.key,
+            server_access_logs_bucket=self.access_logs.bucket,
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireArtifacts", expiration=Duration.days(90))],
+            removal_policy=removal,
+        )
+        self.log_group = logs.LogGroup(
+            self,
+            "BuildLogs",
+            encryption_key=self.key,
+            retention=retention_days(pipeline.log_retention_days, "pipeline.log_retention_days"),
+            removal_policy=removal,
+        )
+        build_defaults = pipelines.CodeBuildOptions(
+            build_environment=codebuild.BuildEnvironment(
+                build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.MEDIUM, privileged=False
+            ),
+            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
+            partial_build_spec=codebuild.BuildSpec.from_object(
+                {"phases": {"install": {"runtime-versions": RUNTIME_VERSIONS}}}
+            ),
+            timeout=Duration.minutes(60),
+        )
+        self.source = pipelines.CodePipelineSource.connection(
+            pipeline.repository, pipeline.branch, connection_arn=pipeline.connection_arn, trigger_on_push=True
+        )
+        self.synth_step = pipelines.CodeBuildStep(
+            "Synth",
+            input=self.source,
+            commands=synth_commands(config.env_name, pipeline.stages),
+            primary_output_directory="cdk.out",
+            env={"CI": "true"},
+        )
+        self.code_pipeline = pipelines.CodePipeline(
+            self,
+            "Pipeline",
+            pipeline_name=construct_id,
+            synth=self.synth_step,
+            self_mutation=True,
+            artifact_bucket=self.artifacts.bucket,
+            cross_account_keys=True,
+            enable_key_rotation=True,
+            pipeline_type=codepipeline.PipelineType.V2,
+            cli_version=cdk_cli_version(),
+            code_build_defaults=build_defaults,
+            publish_assets_in_parallel=False,
+            docker_enabled_for_synth=False,
+            docker_enabled_for_self_mutation=False,
+        )
+        #: env name -> (stage, diff step or None, approval step or None), in deployment order.
+        self.stages: dict[str, tuple[PlatformStage, pipelines.Step | None, pipelines.Step | None]] = {}
+        for name in pipeline.stages:
+            self._add_stage(name, configs[name], account, pipeline)
+        self.code_pipeline.build_pipeline()
+        self._harden()
+
+    def _add_stage(self, name: str, config: EnvConfig, account: str, pipeline: PipelineConfig) -> None:
+        sid = stage_id(name)
+        stage = PlatformStage(self, sid, config=config)
+        pre: list[pipelines.Step] = []
+        diff = approval = None
+        if name in pipeline.approve_before:
+            target_account = config.account or account
+            lookup_role = (
+                f"arn:{self.partition}:iam::{target_account}:role/"
+                f"cdk-{pipeline.cdk_qualifier}-lookup-role-{target_account}-{config.region}"
+            )
+            diff = pipelines.CodeBuildStep(
+                f"Diff{sid}",
+                input=self.synth_step.primary_output,
+                install_commands=[
+                    f"npm install --no-save --no-package-lock --no-audit --no-fund aws-cdk@{cdk_cli_version()}"
+                ],
+                commands=[diff_command(self.stack_name, sid)],
+                # cdk diff reads the deployed templates through the bootstrap lookup role (read-only) only.
+                role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[lookup_role])],
+            )
+            approval = pipelines.ManualApprovalStep(
+                f"Approve{sid}",
+                comment=(
+                    f"Before approving {name}: read the `cdk diff` printed by the Diff{sid} action of this stage "
+                    "(its CodeBuild log). Approve only if every change is intended; a replaced or removed bucket, "
+                    "key, file system or repository means lost data."
+                ),
+            )
+            approval.add_step_dependency(diff)
+            pre = [diff, approval]
+        self.code_pipeline.add_stage(stage, pre=pre)
+        self.stages[name] = (stage, diff, approval)
+
+    def _harden(self) -> None:
+        """Document the findings of the resources aws-cdk-lib ``pipelines`` generates (roles, projects, the
+        cross-region replication bucket), fix what can be fixed, and leave anything unexpected reported."""
+        for node in self.code_pipeline.node.find_all():
+            if isinstance(node, codebuild.CfnProject):
+                nag.acknowledge_compliance(
+                    node, "CodeBuildProjectSourceRepoUrl", PROJECT_SOURCE_REASON, packs=(nag.HIPAA, nag.PCI_DSS)
+                )
+            elif isinstance(node, iam.Policy) and node.node.id == "DefaultPolicy":
+                cfn = node.node.default_child
+                assert isinstance(cfn, iam.CfnPolicy)
+                nag.acknowledge_compliance(cfn, "IAMNoInlinePolicy", INLINE_POLICY_REASON)
+                self.node.add_validation(_PolicyWildcards(cfn))
+        cfn_pipeline = self.code_pipeline.pipeline.node.default_child
+        assert isinstance(cfn_pipeline, codepipeline.CfnPipeline)
+        self.node.add_validation(_RoleArnsAsSub(cfn_pipeline))
+        for support in self.code_pipeline.pipeline.cross_region_support.values():
+            bucket = support.replication_bucket.node.default_child
+            assert isinstance(bucket, s3.CfnBucket)
+            bucket.versioning_configuration = s3.CfnBucket.VersioningConfigurationProperty(status="Enabled")
+            bucket.lifecycle_configuration = s3.CfnBucket.LifecycleConfigurationProperty(
+                rules=[
+                    s3.CfnBucket.RuleProperty(
+                        id="ExpireReplicatedArtifacts",
+                        status="Enabled",
+                        expiration_in_days=90,
+                        noncurrent_version_expiration=s3.CfnBucket.NoncurrentVersionExpirationProperty(
+                            noncurrent_days=30
+                        ),
+                        abort_incomplete_multipart_upload=s3.CfnBucket.AbortIncompleteMultipartUploadProperty(
+                            days_after_initiation=7
+                        ),
+                    )
+                ]
+            )
+            nag.acknowledge(bucket, nag.AWS_SOLUTIONS, "S1", REPLICATION_LOGGING_REASON)
+            nag.acknowledge_compliance(bucket, "S3BucketLoggingEnabled", REPLICATION_LOGGING_REASON)
+            nag.acknowledge_compliance(bucket, "S3BucketReplicationEnabled", REPLICATION_REPLICATION_REASON)
+            nag.checkov_skip(bucket, "CKV_AWS_18", REPLICATION_LOGGING_REASON)
+
+    def _allow_service_logs(self, key: kms.Key) -> None:
+        """Let CloudWatch Logs (this account's log groups here) and S3 server access logging use ``key``."""
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchLogsForThisAccount",
+                principals=[iam.ServicePrincipal(f"logs.{self.region}.amazonaws.com")],
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:{self.partition}:logs:{self.region}:{self.account}:log-group:*"
+                        )
+                    }
+                },
+            )
+        )
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowS3ServerAccessLogDelivery",
+                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                actions=["kms:GenerateDataKey*", "kms:Encrypt", "kms:Decrypt"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": self.account}},
+            )
+        )
+
+    def _validate_connection(self, pipeline: PipelineConfig, account: str, region: str) -> None:
+        parts = pipeline.connection_arn.split(":")
+        if parts[3] != region or parts[4] != account:
+            raise fail(
+                self,
+                "pipeline.connection_arn",
+                pipeline.connection_arn,
+                f"a connection in the pipeline's region {region} and account {account} "
+                "(CodePipeline uses connections of its own account and region)",
+            )
+
+    def _validate_production_approval(self, pipeline: PipelineConfig, configs: Mapping[str, EnvConfig]) -> None:
+        missing = [n for n, c in configs.items() if c.is_production and n not in pipeline.approve_before]
+        if missing:
+            raise ValidationError(
+                self.node.path,
+                f"pipeline.approve_before={list(pipeline.approve_before)} is not allowed; allowed: a list that "
+                f"includes every production stage ({', '.join(missing)}), because production needs a reviewed diff",
+            )
+
+
+ACCESS_LOGS_SELF_REASON = (
+    "This is the server access-log bucket of the pipeline artifacts; it has no access logging itself because "
+    "a bucket must not log into itself and a further log bucket would need one too"
+)
+PROJECT_SOURCE_REASON = (
+    "Safe because the project's source type is CODEPIPELINE: the pipeline hands it the artifact from the "
+    "CodeConnections source, so no repository URL or credential is stored in the project"
+)
+INLINE_POLICY_REASON = (
+    "Safe because aws-cdk-lib pipelines creates this inline policy for exactly one role of the pipeline and "
+    "deletes it with that role; it holds only the grants of that role's step"
+)
+REPLICATION_LOGGING_REASON = (
+    "Safe because this is the CodePipeline cross-region replication bucket that aws-cdk-lib creates: it only "
+    "holds KMS-encrypted copies of artifacts whose originals are in the access-logged artifacts bucket"
+)
+REPLICATION_REPLICATION_REASON = (
+    "Safe because this bucket is itself the cross-region copy of pipeline artifacts, since CodePipeline "
+    "replicates them here; replicating a transient copy again adds nothing"
+)
+
+#: Wildcard actions of aws-cdk-lib's bucket and key grants (artifact bucket read or read/write, key use).
+_GRANT_ACTIONS = frozenset(
+    {"s3:Abort*", "s3:DeleteObject*", "s3:GetBucket*", "s3:GetObject*", "s3:List*", "kms:GenerateDataKey*",
+     "kms:ReEncrypt*"}
+)  # fmt: skip
+#: Actions aws-cdk-lib pipelines grants on "*", with why each is needed.
+_STAR_ACTIONS: dict[str, str] = {
+    "kms:Decrypt": "the cross-region replication key is known only by alias in its region",
+    "kms:DescribeKey": "the cross-region replication key is known only by alias in its region",
+    "kms:Encrypt": "the cross-region replication key is known only by alias in its region",
+    "kms:GenerateDataKey*": "the cross-region replication key is known only by alias in its region",
+    "kms:ReEncrypt*": "the cross-region replication key is known only by alias in its region",
+    "cloudformation:DescribeStacks": "self-mutation reads the bootstrap stack's version",
+    "s3:ListBucket": "self-mutation checks the bootstrap bucket",
+    "codebuild:BatchGetBuilds": "the asset action starts and polls its own build",
+    "codebuild:StartBuild": "the asset action starts and polls its own build",
+    "codebuild:StopBuild": "the asset action starts and polls its own build",
+}
+#: Of those, the write actions (checkov CKV_AWS_111 reports them on "*").
+_STAR_WRITE_ACTIONS = frozenset(
+    {"kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*", "codebuild:StartBuild", "codebuild:StopBuild"}
+)
+_CODEBUILD_LOGS = re.compile(r"arn:[a-z-]+:logs:[a-z0-9-]+:\d{12}:log-group:/aws/codebuild/(<[A-Za-z0-9]+>:)?\*")
+_REPORT_GROUPS = re.compile(r"arn:[a-z-]+:codebuild:[a-z0-9-]+:\d{12}:report-group/(<[A-Za-z0-9]+>-)?\*")
+_BOOTSTRAP_ROLES = re.compile(r"arn:\*:iam::\d{12}:role/\*")
+
+
+def expected_pipeline_wildcards(
+    document: Mapping[str, Any], artifacts_bucket_id: str, replication_buckets: Sequence[str] = ()
+) -> dict[str, str]:
+    """IAM5 findings of a pipeline role's resolved policy that are expected, with the reason for each.
+
+    Anything else (another wildcard action or resource, ``*`` on another action) is not returned, so cdk-nag
+    still reports it.
+    """
+    from gpu_constructs.images import flatten_reference
+
+    found: dict[str, str] = {}
+    for statement in document.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = [str(a) for a in _as_list(statement.get("Action"))]
+        for action in actions:
+            if "*" in action and action in _GRANT_ACTIONS:
+                found[f"Action::{action}"] = (
+                    f"Safe because {action} comes from aws-cdk-lib's grant on the pipeline artifact bucket or key, "
+                    "since the statement names only that bucket, the replication bucket or their keys"
+                )
+        for resource in _as_list(statement.get("Resource")):
+            flat = flatten_reference(resource)
+            if "*" not in flat:
+                continue
+            if flat == "*":
+                if actions and all(a in _STAR_ACTIONS for a in actions):
+                    why = "; ".join(sorted({_STAR_ACTIONS[a] for a in actions}))
+                    found["Resource::*"] = f"Safe because aws-cdk-lib pipelines needs {', '.join(actions)} on *: {why}"
+            elif flat == f"<{artifacts_bucket_id}.Arn>/*":
+                found[f"Resource::{flat}"] = "Safe because the wildcard covers objects of the pipeline artifacts bucket"
+            elif any(re.fullmatch(rf"arn:[a-z-]+:s3:::{re.escape(b)}/\*", flat) for b in replication_buckets):
+                found[f"Resource::{flat}"] = (
+                    "Safe because the wildcard covers objects of the cross-region replication bucket, since "
+                    "CodePipeline copies artifacts there"
+                )
+            elif _CODEBUILD_LOGS.fullmatch(flat):
+                found[f"Resource::{flat}"] = (
+                    "Safe because CodeBuild's default log group names are per build, since aws-cdk-lib grants "
+                    "the project's own /aws/codebuild log streams"
+                )
+            elif _REPORT_GROUPS.fullmatch(flat):
+                found[f"Resource::{flat}"] = (
+                    "Safe because CodeBuild report groups are named per build, since aws-cdk-lib grants the "
+                    "project's own report groups"
+                )
+            elif _BOOTSTRAP_ROLES.fullmatch(flat) and "iam:ResourceTag/aws-cdk:bootstrap-role" in json.dumps(
+                statement.get("Condition", {})
+            ):
+                found[f"Resource::{flat}"] = (
+                    "Safe because the condition limits sts:AssumeRole to roles tagged as CDK bootstrap roles, "
+                    "since self-mutation deploys through them"
+                )
+    return found
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+@jsii.implements(IValidation)
+class _PolicyWildcards:
+    """Acknowledges the expected IAM5 findings of one pipeline policy once its document is final."""
+
+    def __init__(self, policy: iam.CfnPolicy) -> None:
+        self._policy = policy
+        self._done = False
+
+    def validate(self) -> list[str]:
+        if self._done:
+            return []
+        self._done = True
+        stack = Stack.of(self._policy)
+        assert isinstance(stack, PipelineStack)
+        document = stack.resolve(self._policy.policy_document)
+        bucket = stack.artifacts.bucket.node.default_child
+        assert isinstance(bucket, s3.CfnBucket)
+        bucket_id = str(stack.resolve(bucket.logical_id))
+        replication = [
+            str(stack.resolve(s.replication_bucket.bucket_name))
+            for s in stack.code_pipeline.pipeline.cross_region_support.values()
+        ]
+        for finding, reason in sorted(expected_pipeline_wildcards(document, bucket_id, replication).items()):
+            nag.acknowledge(self._policy, nag.AWS_SOLUTIONS, f"IAM5[{finding}]", reason)
+        star_writes = sorted(
+            {
+                a
+                for st in document.get("Statement", [])
+                if "*" in _as_list(st.get("Resource"))
+                for a in _as_list(st.get("Action"))
+                if a in _STAR_WRITE_ACTIONS
+            }
+        )
+        expected = expected_pipeline_wildcards(document, bucket_id, replication)
+        if star_writes and "Resource::*" in expected:
+            nag.checkov_skip(self._policy, "CKV_AWS_111", expected["Resource::*"])
+        return []
+
+
+@jsii.implements(IValidation)
+class _RoleArnsAsSub:
+    """Writes the deploy actions' role ARNs (``Fn::Join`` of literals and pseudo parameters) as ``Fn::Sub``."""
+
+    def __init__(self, pipeline: codepipeline.CfnPipeline) -> None:
+        self._pipeline = pipeline
+        self._done = False
+
+    def validate(self) -> list[str]:
+        if self._done:
+            return []
+        self._done = True
+        stages = Stack.of(self._pipeline).resolve(self._pipeline.stages)
+        for i, stage in enumerate(stages or []):
+            for j, action in enumerate(stage.get("actions") or []):  # L1 (camelCase) names before rendering
+                for key, value in sorted((action.get("configuration") or {}).items()):
+                    sub = _join_as_sub(value)
+                    if sub is not None:
+                        self._pipeline.add_property_override(f"Stages.{i}.Actions.{j}.Configuration.{key}", sub)
+        return []
+
+
+def _join_as_sub(value: Any) -> dict[str, str] | None:
+    """``{"Fn::Join": ["", [literals and {"Ref": "AWS::..."}]]}`` as the equivalent ``Fn::Sub``, else None."""
+    if not isinstance(value, dict) or list(value) != ["Fn::Join"]:
+        return None
+    delimiter, parts = value["Fn::Join"]
+    if delimiter != "":
+        return None
+    text = []
+    for part in parts:
+        if isinstance(part, str) and "${" not in part:
+            text.append(part)
+        elif isinstance(part, dict) and list(part) == ["Ref"] and str(part["Ref"]).startswith("AWS::"):
+            text.append("${" + str(part["Ref"]) + "}")
+        else:
+            return None
+    return {"Fn::Sub": "".join(text)}
