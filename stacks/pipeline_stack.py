@@ -35,6 +35,7 @@ from constructs import Construct, IValidation
 
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail
+from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import SecureBucket
 from stacks.config import EnvConfig, PipelineConfig, load_config
@@ -400,12 +401,6 @@ def expected_pipeline_wildcards(
                     "since self-mutation deploys through them"
                 )
     return found
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
 
 
 @jsii.implements(IValidation)

@@ -56,6 +56,8 @@ from constructs import Construct, IConstruct, IValidation
 
 from gpu_constructs import catalog, nag
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.nag import as_list as _as_list
+from gpu_constructs.nag import flatten_reference
 
 __all__ = [
     "GPU_SERVE_BATCHING_ENV",
@@ -1718,34 +1720,6 @@ ASYNC_PREFIX_REASON = (
     "Safe because the wildcard is the object-key suffix of this endpoint's own asynchronous input, output "
     "or failure prefix in one platform bucket, since request and response keys are chosen at run time"
 )
-
-
-def flatten_reference(node: Any) -> str:
-    """A CloudFormation value as cdk-nag flattens it in finding ids (``<Logical.Arn>/prefix/*``)."""
-    if node is None:
-        return ""
-    if isinstance(node, str):
-        return node.replace("${", "<").replace("}", ">")
-    if isinstance(node, dict):
-        if node.get("Fn::Join"):
-            delimiter, items = node["Fn::Join"]
-            return str(delimiter).join(flatten_reference(item) for item in items)
-        if node.get("Fn::Sub"):
-            return flatten_reference(node["Fn::Sub"])
-        if node.get("Fn::GetAtt"):
-            resource, attribute = node["Fn::GetAtt"]
-            return f"<{flatten_reference(resource)}.{flatten_reference(attribute)}>"
-        if node.get("Fn::ImportValue"):
-            return flatten_reference(node["Fn::ImportValue"])
-        if node.get("Ref"):
-            return f"<{flatten_reference(node['Ref'])}>"
-    return json.dumps(node, separators=(",", ":"))
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
 
 
 def expected_wildcard_findings(document: Mapping[str, Any], object_patterns: Mapping[str, str]) -> dict[str, str]:

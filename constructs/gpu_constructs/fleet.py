@@ -21,7 +21,6 @@ For teams that train outside SageMaker jobs. One fleet is:
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,8 @@ from gpu_constructs import nag
 from gpu_constructs.catalog import InstanceType, require_efa
 from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of, require_range
+from gpu_constructs.nag import as_list as _as_list
+from gpu_constructs.nag import flatten_reference
 
 __all__ = [
     "CW_AGENT_NAMESPACE",
@@ -1159,34 +1160,6 @@ def _allow_logs_to_use_key(key: kms.IKey, group: logs.LogGroup, name: str, stack
 # --------------------------------------------------------------------------------------------------
 # Wildcard findings
 # --------------------------------------------------------------------------------------------------
-
-
-def flatten_reference(node: Any) -> str:
-    """A CloudFormation value as cdk-nag flattens it in finding ids (``<Logical.Arn>/prefix/*``)."""
-    if node is None:
-        return ""
-    if isinstance(node, str):
-        return node.replace("${", "<").replace("}", ">")
-    if isinstance(node, dict):
-        if node.get("Fn::Join"):
-            delimiter, items = node["Fn::Join"]
-            return str(delimiter).join(flatten_reference(item) for item in items)
-        if node.get("Fn::Sub"):
-            return flatten_reference(node["Fn::Sub"])
-        if node.get("Fn::GetAtt"):
-            resource, attribute = node["Fn::GetAtt"]
-            return f"<{flatten_reference(resource)}.{flatten_reference(attribute)}>"
-        if node.get("Fn::ImportValue"):
-            return flatten_reference(node["Fn::ImportValue"])
-        if node.get("Ref"):
-            return f"<{flatten_reference(node['Ref'])}>"
-    return json.dumps(node, separators=(",", ":"))
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
 
 
 def wildcard_findings(statements: Sequence[Mapping[str, Any]]) -> set[str]:

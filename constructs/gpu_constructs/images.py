@@ -20,7 +20,6 @@ The DLC table and its sources are in :mod:`gpu_constructs.dlc`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,6 +50,8 @@ from gpu_constructs.dlc import (
     resolve_dlc,
 )
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.nag import as_list as _as_list
+from gpu_constructs.nag import flatten_reference
 
 __all__ = [
     "DLC_ACCOUNTS",
@@ -241,32 +242,6 @@ CHECKOV_HANDLER_SKIPS: dict[str, str] = {
 }
 
 _HARDENED: set[str] = set()
-
-
-def flatten_reference(node: Any) -> str:
-    """A resolved CloudFormation value as cdk-nag writes it in finding ids (``<Logical.Arn>``, ``<AWS::AccountId>``)."""
-    if isinstance(node, str):
-        return node.replace("${", "<").replace("}", ">")
-    if isinstance(node, dict):
-        if "Fn::Join" in node:
-            delimiter, items = node["Fn::Join"]
-            return str(delimiter).join(flatten_reference(item) for item in items)
-        if "Fn::Sub" in node:
-            return flatten_reference(node["Fn::Sub"])
-        if "Fn::GetAtt" in node:
-            resource, attribute = node["Fn::GetAtt"]
-            return f"<{flatten_reference(resource)}.{flatten_reference(attribute)}>"
-        if "Fn::ImportValue" in node:
-            return flatten_reference(node["Fn::ImportValue"])
-        if "Ref" in node:
-            return f"<{flatten_reference(node['Ref'])}>"
-    return json.dumps(node, separators=(",", ":"))
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
 
 
 def expected_build_wildcards(document: Mapping[str, Any], project_logical_id: str) -> dict[str, str]:

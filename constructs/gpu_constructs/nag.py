@@ -8,7 +8,9 @@ a "because"/"since" clause.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 import aws_cdk as cdk
 from constructs import IConstruct
@@ -83,3 +85,36 @@ def checkov_skip(scope: IConstruct, check_id: str, comment: str) -> None:
     skips = [s for s in existing.get("skip", []) if s.get("id") != check_id]
     skips.append({"id": check_id, "comment": comment})
     target.add_metadata(CHECKOV_METADATA_KEY, {"skip": skips})
+
+
+def flatten_reference(node: Any) -> str:
+    """A resolved CloudFormation value as cdk-nag writes it in finding ids (``<Logical.Arn>/prefix/*``).
+
+    Granular findings such as ``AwsSolutions-IAM5[Resource::<Bucket.Arn>/models/*]`` name the resource
+    this way, so a construct can acknowledge exactly the wildcards it grants on purpose.
+    """
+    if node is None:
+        return ""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return str(delimiter).join(flatten_reference(item) for item in items)
+        if "Fn::Sub" in node:
+            return flatten_reference(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{flatten_reference(resource)}.{flatten_reference(attribute)}>"
+        if "Fn::ImportValue" in node:
+            return flatten_reference(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{flatten_reference(node['Ref'])}>"
+    return json.dumps(node, separators=(",", ":"))
+
+
+def as_list(value: Any) -> list[Any]:
+    """A policy field (``Action``/``Resource``: one value or a list) as a list."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]

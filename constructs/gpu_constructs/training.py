@@ -58,6 +58,7 @@ from constructs import Construct, IConstruct, IValidation
 from gpu_constructs import nag
 from gpu_constructs.catalog import instance_types, lookup, require_nvidia_gpu
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.training_spec import (
     DATA_VERSION_PLACEHOLDER,
@@ -1401,12 +1402,6 @@ def wildcard_findings(document: Mapping[str, Any]) -> tuple[set[str], bool]:
             if flat == "*":
                 star_only = star_only and all(a in STAR_RESOURCE_ACTIONS for a in actions)
     return found, star_only
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
 
 
 @jsii.implements(IValidation)
