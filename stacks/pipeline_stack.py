@@ -35,6 +35,7 @@ from constructs import Construct, IValidation
 
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail
+from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import SecureBucket
@@ -253,21 +254,7 @@ class PipelineStack(Stack):
 
     def _allow_service_logs(self, key: kms.Key) -> None:
         """Let CloudWatch Logs (this account's log groups here) and S3 server access logging use ``key``."""
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchLogsForThisAccount",
-                principals=[iam.ServicePrincipal(f"logs.{self.region}.amazonaws.com")],
-                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": (
-                            f"arn:{self.partition}:logs:{self.region}:{self.account}:log-group:*"
-                        )
-                    }
-                },
-            )
-        )
+        allow_cloudwatch_logs(key, self, sid="AllowCloudWatchLogsForThisAccount")
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowS3ServerAccessLogDelivery",

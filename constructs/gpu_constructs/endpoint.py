@@ -56,6 +56,7 @@ from constructs import Construct, IConstruct, IValidation
 
 from gpu_constructs import catalog, nag
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.nag import flatten_reference
 
@@ -530,20 +531,8 @@ def monitoring_key(
         pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
     )
     stack = Stack.of(scope)
-    key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="AllowCloudWatchLogsForEndpointLogGroups",
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={
-                "ArnLike": {
-                    "kms:EncryptionContext:aws:logs:arn": (
-                        f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:/aws/sagemaker/Endpoints/*"
-                    )
-                }
-            },
-        )
+    allow_cloudwatch_logs(
+        key, stack, sid="AllowCloudWatchLogsForEndpointLogGroups", log_group="/aws/sagemaker/Endpoints/*"
     )
     key.add_to_resource_policy(
         iam.PolicyStatement(

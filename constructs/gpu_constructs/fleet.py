@@ -44,6 +44,7 @@ from gpu_constructs import nag
 from gpu_constructs.catalog import InstanceType, require_efa
 from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of, require_range
+from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.nag import flatten_reference
 
@@ -1140,20 +1141,8 @@ def _skip_wildcard_principal_check(key: kms.IKey) -> None:
 
 
 def _allow_logs_to_use_key(key: kms.IKey, group: logs.LogGroup, name: str, stack: Stack) -> None:
-    key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid=f"AllowCloudWatchLogs{Names.unique_id(group)[-40:]}",
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={
-                "ArnEquals": {
-                    "kms:EncryptionContext:aws:logs:arn": (
-                        f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:{name}"
-                    )
-                }
-            },
-        )
+    allow_cloudwatch_logs(
+        key, stack, sid=f"AllowCloudWatchLogs{Names.unique_id(group)[-40:]}", log_group=name, exact=True
     )
 
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -25,6 +24,7 @@ from gpu_constructs.constants import (  # re-exported: the table lives in a CDK-
     TRAINING_SUBNETS,
 )
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.keys import allow_cloudwatch_logs
 
 INTRA_GROUP_REASON = (
     "Safe because the only source is this security group itself, not a CIDR: multi-node training (NCCL "
@@ -284,27 +284,7 @@ class GpuNetwork(Construct):
             key = new_key
         stack = Stack.of(self)
         # CloudWatch Logs may use the key only for this account's log groups in this region.
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchLogsForThisAccount",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-                actions=[
-                    "kms:Encrypt*",
-                    "kms:Decrypt*",
-                    "kms:ReEncrypt*",
-                    "kms:GenerateDataKey*",
-                    "kms:Describe*",
-                ],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": (
-                            f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:*"
-                        )
-                    }
-                },
-            )
-        )
+        allow_cloudwatch_logs(key, stack, sid="AllowCloudWatchLogsForThisAccount")
         group = logs.LogGroup(
             self,
             "FlowLogGroup",

@@ -58,6 +58,7 @@ from constructs import Construct, IConstruct, IValidation
 from gpu_constructs import nag
 from gpu_constructs.catalog import instance_types, lookup, require_nvidia_gpu
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.training_spec import (
@@ -830,21 +831,7 @@ class TrainingPipeline(Construct):
         return spec
 
     def _allow_services_on_key(self, key: kms.IKey, stack: Stack) -> None:
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchLogsForThisAccount",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": (
-                            f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:*"
-                        )
-                    }
-                },
-            )
-        )
+        allow_cloudwatch_logs(key, stack, sid="AllowCloudWatchLogsForThisAccount")
         # CloudWatch alarms publish to the encrypted topic (the SNS target of the EventBridge rules adds the
         # same statement for events.amazonaws.com itself).
         key.add_to_resource_policy(
