@@ -14,6 +14,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks
 from constructs import Construct
 
+from gpu_constructs.rules import GpuPlatformChecks
 from stacks.config import DEFAULT_ENV, EnvConfig, load_config
 from stacks.data_stack import DataStack
 from stacks.fleet_stack import FleetStack, fleets_stack_name
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
-NAG_PACKS = (AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks)
+#: The four standard cdk-nag packs and the platform's own pack (AWS behaviour the standard packs do not model).
+NAG_PACKS = (AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks, GpuPlatformChecks)
 
 
 @dataclass
@@ -70,7 +72,7 @@ def cdk_json_context() -> dict[str, Any]:
 
 
 def add_nag_packs(app: cdk.App) -> None:
-    """Register all four cdk-nag packs (cdk-nag 3.x validation plugins) on ``app``."""
+    """Register the four cdk-nag packs and the platform's pack (cdk-nag 3.x validation plugins) on ``app``."""
     cdk.Validations.of(app).add_plugins(*(pack(app) for pack in NAG_PACKS))
 
 

@@ -1,0 +1,117 @@
+"""The platform's own rule pack: AWS behaviour that the generic gates (cdk-nag's packs, cfn-lint, checkov) do not model.
+
+Each rule lives in one module of this package, with a docstring that cites the AWS document or botocore
+service-model text it encodes, and is tested with a compliant and a non-compliant template. Rules read only
+synthesized templates, so the pack works on any CDK app::
+
+    from gpu_constructs.rules import GpuPlatformChecks
+    cdk.Validations.of(app).add_plugins(GpuPlatformChecks())
+
+Findings are acknowledged like any cdk-nag finding, one id at a time on one L1 resource:
+``GpuPlatform::GpuPlatform-<RuleId>`` (plus ``[finding]`` for rules that report granular findings).
+
+Without the CDK: :func:`check_template` runs every rule on a template dict (a test, a pre-commit hook, a
+template from another tool).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from gpu_constructs.rules._rule import Compliance, Resource, Rule, StackView
+
+if TYPE_CHECKING:
+    from gpu_constructs.rules.pack import GpuPlatformChecks
+
+PACK_NAME = "GpuPlatform"
+
+#: The rule modules, one rule each (the order is the order of the documentation).
+RULE_MODULES: tuple[str, ...] = ("retained_named_resource",)
+
+
+@cache
+def all_rules() -> tuple[Rule, ...]:
+    """Every rule of the pack, loaded from :data:`RULE_MODULES`."""
+    found: list[Rule] = []
+    for name in RULE_MODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        rules = [v for v in vars(module).values() if isinstance(v, Rule)]
+        if len(rules) != 1:
+            raise RuntimeError(f"{module.__name__} must define exactly one rule, found {len(rules)}")
+        found.append(rules[0])
+    ids = [r.id for r in found]
+    if len(ids) != len(set(ids)):
+        raise RuntimeError(f"duplicate rule ids in {ids}")
+    return tuple(found)
+
+
+def finding_id(rule_id: str, finding: str | None = None) -> str:
+    """The acknowledgment id of a finding: ``GpuPlatform::GpuPlatform-<rule>[<finding>]``."""
+    suffix = f"[{finding}]" if finding else ""
+    return f"{PACK_NAME}::{PACK_NAME}-{rule_id}{suffix}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One non-compliance found by :func:`check_template`."""
+
+    rule: str
+    logical_id: str
+    finding: str | None
+    info: str
+
+    @property
+    def id(self) -> str:
+        return finding_id(self.rule, self.finding)
+
+    def __str__(self) -> str:
+        return f"{self.logical_id}: {self.id}: {self.info}"
+
+
+def evaluate(resource: Resource, rules: Iterable[Rule] | None = None) -> list[Finding]:
+    """Every finding of ``rules`` (default: all) on one resource."""
+    found: list[Finding] = []
+    for r in all_rules() if rules is None else rules:
+        if not r.applies_to(resource.type):
+            continue
+        result = r.evaluate(resource)
+        if result is Compliance.NON_COMPLIANT:
+            found.append(Finding(r.id, resource.logical_id, None, r.info))
+        elif isinstance(result, list):
+            found += [Finding(r.id, resource.logical_id, f, r.info) for f in result]
+    return found
+
+
+def check_template(
+    template: Mapping[str, Any],
+    *,
+    stack_name: str = "Stack",
+    account: str | None = None,
+    region: str | None = None,
+    assembly: Sequence[StackView] = (),
+    rules: Iterable[str] | None = None,
+) -> list[Finding]:
+    """Run the pack (or the rules named in ``rules``) on one template dict; return every finding."""
+    stack = StackView(name=stack_name, account=account, region=region, template=template)
+    selected = [r for r in all_rules() if rules is None or r.id in set(rules)]
+    views = tuple(assembly) or (stack,)
+    found: list[Finding] = []
+    for logical_id, definition in (template.get("Resources") or {}).items():
+        found += evaluate(Resource(logical_id, definition, stack, views), selected)
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GpuPlatformChecks":  # imports cdk-nag only when the pack itself is used
+        from gpu_constructs.rules.pack import GpuPlatformChecks
+
+        return GpuPlatformChecks
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["PACK_NAME", "Compliance", "Finding", "GpuPlatformChecks", "Resource", "Rule", "StackView", "all_rules",
+           "check_template", "evaluate", "finding_id"]  # fmt: skip
