@@ -115,7 +115,7 @@ class Rule:
 
 def rule(
     *, id: str, resource_types: Sequence[str], info: str, doc: str | None
-) -> Callable[[Callable[[Resource], Result]], Rule]:  # noqa: A002
+) -> Callable[[Callable[[Resource], Result]], Rule]:
     """Decorator: make a check function a :class:`Rule`; the explanation is the module docstring ``doc``."""
 
     def wrap(check: Callable[[Resource], Result]) -> Rule:

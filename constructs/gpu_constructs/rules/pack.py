@@ -126,7 +126,7 @@ class GpuPlatformChecks(NagPack):
         resource = Resource(logical_id, definition, view, assembly)
         for r in all_rules():
             if r.applies_to(resource.type):
-                self._apply_rule(_Applied(node, r, r.evaluate(resource), self._level))
+                self._apply_rule(_Applied(node, r, r.evaluate(resource), self._level))  # type: ignore[arg-type]
 
     def _view(self, stack: cdk.Stack) -> tuple[StackView | None, tuple[StackView, ...]]:
         """The stack's template (read once) and every stack of the app's cloud assembly."""
