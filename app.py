@@ -18,6 +18,10 @@ def main() -> int:
     import json
     import os
 
+    from jsii.errors import JSIIError
+
+    from gpu_constructs.errors import ValidationError
+
     # Validate the config before the CDK runtime starts, so a bad file fails in well under a second.
     context = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")
     try:
@@ -28,7 +32,14 @@ def main() -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    platform.app.synth()
+    except ValidationError as exc:  # a construct refused a value: one message, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        platform.app.synth()
+    except (RuntimeError, JSIIError) as exc:  # a validation (cdk-nag, add_validation) failed in the CDK runtime
+        print(f"synth failed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

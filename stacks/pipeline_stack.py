@@ -37,6 +37,7 @@ from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail
 from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
+from gpu_constructs.removal import for_named_resource
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import SecureBucket
 from stacks.config import EnvConfig, PipelineConfig, load_config
@@ -231,6 +232,9 @@ class PipelineStack(Stack):
         for support in self.code_pipeline.pipeline.cross_region_support.values():
             bucket = support.replication_bucket.node.default_child
             assert isinstance(bucket, s3.CfnBucket)
+            # The bucket has a generated physical name: Retain would orphan it when the support stack's first
+            # create rolls back, and every retry would fail with "already exists" (rule RetainedNamedResource).
+            bucket.apply_removal_policy(for_named_resource(RemovalPolicy.RETAIN))
             bucket.versioning_configuration = s3.CfnBucket.VersioningConfigurationProperty(status="Enabled")
             bucket.lifecycle_configuration = s3.CfnBucket.LifecycleConfigurationProperty(
                 rules=[
