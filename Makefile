@@ -72,8 +72,8 @@ bench: setup ## run every CPU benchmark and rewrite its section of docs/benchmar
 bench-gpu: setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU
 	$(PY) -m benchmarks.training_gpu
 
-wheel: setup ## build the gpuctl + runtime wheel (dist/) that notebooks install at start
-	$(PIP) wheel --quiet --no-deps --no-build-isolation -w dist .
+wheel: setup ## build the gpuctl + runtime wheel (dist/): the same bytes the fleets stack ships to notebooks
+	$(PY) -m gpu_constructs.wheel . dist
 
 clean: ## remove build outputs
 	rm -rf cdk.out dist .pytest_cache .mypy_cache .ruff_cache

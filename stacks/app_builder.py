@@ -18,7 +18,7 @@ from gpu_constructs.rules import GpuPlatformChecks
 from stacks.config import DEFAULT_ENV, EnvConfig, load_config
 from stacks.data_stack import DataStack
 from stacks.fleet_stack import FleetStack, fleets_stack_name
-from stacks.gitops_stack import GitOpsStack
+from stacks.gitops_stack import GitOpsStack, check_one_oidc_provider_per_account
 from stacks.images_stack import ImagesStack
 from stacks.inference_stack import InferenceStack, inference_stack_name
 from stacks.network_stack import NetworkStack
@@ -217,6 +217,7 @@ def build_app(
             pipeline=config.pipeline,
             termination_protection=config.termination_protection,
         )
+    check_one_oidc_provider_per_account(app)  # IAM: one OIDC provider per URL per account
     if nag:
         add_nag_packs(app)
     return PlatformApp(app=app, pipeline=pipeline, **{f.name: getattr(platform, f.name) for f in fields(platform)})

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpu_constructs import oidc_facts
 from gpu_constructs.constants import DEFAULT_INTERFACE_ENDPOINTS
 from gpu_constructs.retention import LOG_RETENTION_DAYS
 
@@ -74,9 +75,13 @@ class NetworkConfig(_Model):
         0,
         description="NAT gateways (0 = no internet path; private subnets are isolated). At most one per AZ.",
     )
-    interface_endpoints: tuple[str, ...] = Field(
-        tuple(INTERFACE_ENDPOINTS),
-        description=f"Interface VPC endpoints to create; allowed: {', '.join(INTERFACE_ENDPOINTS)}",
+    interface_endpoints: tuple[str, ...] | None = Field(
+        None,
+        description=(
+            "Interface VPC endpoints to create (null: what the enabled features call: the SageMaker set, plus "
+            f"autoscaling, ssm, ssm_messages, ec2_messages when fleets are configured); allowed: "
+            f"{', '.join(INTERFACE_ENDPOINTS)}"
+        ),
     )
     flow_logs_retention_days: Retention = Field(90, description="Retention of the VPC flow log group")
     reserved_cidrs: tuple[str, ...] = Field(
@@ -113,7 +118,9 @@ class NetworkConfig(_Model):
 
     @field_validator("interface_endpoints")
     @classmethod
-    def _endpoints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _endpoints(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
         unknown = [v for v in value if v not in INTERFACE_ENDPOINTS]
         if unknown:
             raise ValueError(f"unknown endpoint(s) {unknown}; allowed: {', '.join(INTERFACE_ENDPOINTS)}")
@@ -484,7 +491,9 @@ class TrainingConfig(_Model):
     )
     max_runtime_hours: int = Field(24, description="MaxRuntime in hours (1-672)")
     spot: bool = Field(False, description="Managed spot training with checkpoints")
-    max_wait_hours: int | None = Field(None, description="Spot: runtime plus capacity wait (default 2 x runtime)")
+    max_wait_hours: int | None = Field(
+        None, description="Spot: runtime plus capacity wait, hours (1-672; default 2 x runtime, at most 672)"
+    )
     max_retry_attempts: int | None = Field(None, description="SageMaker retries of a failed job (1-30)")
     network_isolation: bool = Field(False, description="No outbound network from the training container")
     inter_container_encryption: bool = Field(True, description="Encrypt traffic between hosts")
@@ -576,9 +585,16 @@ class TrainingConfig(_Model):
     @field_validator("max_runtime_hours")
     @classmethod
     def _runtime(cls, value: int) -> int:
-        if not 1 <= value <= 672:
-            raise ValueError("allowed: 1..672 hours (SageMaker's 28-day limit)")
-        return value
+        from gpu_constructs.training_spec import MAX_RUNTIME_LIMIT_S
+
+        return _training_hours(value, MAX_RUNTIME_LIMIT_S, "MaxRuntimeInSeconds")
+
+    @field_validator("max_wait_hours")
+    @classmethod
+    def _wait(cls, value: int | None) -> int | None:
+        from gpu_constructs.training_spec import MAX_WAIT_LIMIT_S
+
+        return None if value is None else _training_hours(value, MAX_WAIT_LIMIT_S, "MaxWaitTimeInSeconds")
 
     @field_validator("max_retry_attempts")
     @classmethod
@@ -606,12 +622,56 @@ class TrainingConfig(_Model):
             )
         if self.input == "fsx" and self.input_mode != "File":
             raise ValueError("input: fsx mounts the file system, so input_mode must be File")
-        from gpu_constructs.catalog import check_gpu_count
+        from gpu_constructs.training_spec import HP_PROCESSES_PER_HOST, check_processes_per_host
 
-        procs = self.hyperparameters.get("processes_per_host")
-        if procs is not None and procs.isdigit() and int(procs) > 0:
-            check_gpu_count(self.instance_type, int(procs), where="training.hyperparameters")
+        for instance_type in (self.instance_type, *(self.allowed_instance_types or ())):
+            check_processes_per_host(
+                instance_type,
+                self.hyperparameters.get(HP_PROCESSES_PER_HOST),
+                where="training.hyperparameters",
+                param=HP_PROCESSES_PER_HOST,
+            )
         return self
+
+
+def image_cuda_version(spec: ImageSpec, usage: Literal["training", "inference"]) -> str | None:
+    """The CUDA version of a configured image: the DLC table's for ``dlc``, ``cuda_version`` otherwise (may be None)."""
+    if spec.kind != "dlc":
+        return spec.cuda_version
+    from gpu_constructs.dlc import resolve_dlc
+
+    image = resolve_dlc(str(spec.framework_version), usage, python=spec.python, cuda=spec.cuda, region=None)
+    return image.cuda_version
+
+
+def check_training_image_cuda(image: ImageSpec, training: TrainingConfig) -> None:
+    """The training image's CUDA must drive the GPU of ``training.instance_type`` and of every allowed type, checked
+    here so that a mismatch is a config error before any construct is built (the catalog's CUDA support windows)."""
+    from gpu_constructs.catalog import cuda_support_problem
+
+    version = image_cuda_version(image, "training")
+    if version is None:
+        return
+    source = f"images.training (kind {image.kind}, CUDA {version})"
+    for key, instance_type in (
+        ("training.instance_type", training.instance_type),
+        *(("training.allowed_instance_types", t) for t in training.allowed_instance_types or ()),
+    ):
+        problem = cuda_support_problem(instance_type, version)
+        if problem is not None:
+            raise ValueError(
+                f"{key}: {instance_type!r} cannot run {source}: {problem}; change the instance type or the image"
+            )
+
+
+def _training_hours(value: int, limit_s: int, api_field: str) -> int:
+    """A training time limit configured in hours, checked against SageMaker's limit in seconds (defined once, in
+    gpu_constructs.training_spec) and reported in hours, the unit of the config."""
+    if not 1 <= value * 3600 <= limit_s:
+        raise ValueError(
+            f"allowed: 1..{limit_s // 3600} hours (SageMaker {api_field} limit {limit_s} s = {limit_s // 86400} days)"
+        )
+    return value
 
 
 class DlamiConfig(_Model):
@@ -787,7 +847,12 @@ class NotebookConfig(_Model):
     gpu: bool = Field(True, description="Require an NVIDIA GPU (a CPU type is then an error naming GPU types)")
     volume_gib: int = Field(50, description="ML storage volume, GiB (5-16384), KMS-encrypted")
     gpuctl_package_key: str | None = Field(
-        None, description="Artifacts-bucket key of the gpuctl wheel the start script installs (null: preinstalled)"
+        None,
+        description=(
+            "Optional override: artifacts-bucket key of a wheel providing gpuctl that the start script installs "
+            "instead of the platform's own (null: the stack ships the platform's wheel as an S3 asset; nothing "
+            "to upload)"
+        ),
     )
     mount_lustre: bool = Field(False, description="Mount the FSx for Lustre file system at start")
     datasets_prefix: str = Field("", description="Datasets-bucket prefix the notebook may read ('' = all)")
@@ -810,11 +875,17 @@ class NotebookConfig(_Model):
     @field_validator("gpuctl_package_key")
     @classmethod
     def _package(cls, value: str | None) -> str | None:
+        from gpu_constructs.wheel import WHEEL_NAME_RE
+
         if value is not None and (
-            value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=+-]+\.whl", value)
+            value.startswith("/")
+            or ".." in value
+            or not re.fullmatch(r"[A-Za-z0-9!_.*()/=+-]+", value)
+            or not WHEEL_NAME_RE.match(value.rsplit("/", 1)[-1])
         ):
             raise ValueError(
-                "must be an artifacts-bucket key of a wheel, e.g. 'tools/gpu_platform-0.1.0-py3-none-any.whl'"
+                "must be an artifacts-bucket key of a wheel (<name>-<version>-<python>-<abi>-<platform>.whl), "
+                "e.g. 'tools/gpu_platform-0.1.0-py3-none-any.whl', or null for the platform's own wheel"
             )
         return value
 
@@ -1133,7 +1204,10 @@ class EndpointConfig(_Model):
     startup_health_check_timeout_seconds: int = Field(600, description="Container start-up /ping limit (60-3600 s)")
     network_isolation: bool = Field(True, description="No network access for the container")
     batching: EndpointBatchingConfig | None = Field(
-        default_factory=lambda: EndpointBatchingConfig(), description="Server batching; null: image defaults"
+        None,
+        description="Server batching (null: the image's own: gpu_serve 32 rows / 5 ms; the PyTorch DLC "
+        "batches nothing, and refuses max_batch_size > 1: its TorchServe handler fails a whole batch on one "
+        "bad request)",
     )
     environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment variables")
     data_capture: EndpointDataCaptureConfig | None = Field(None, description="Request/response capture (null: off)")
@@ -1297,10 +1371,17 @@ class OidcDeployConfig(_Model):
     subjects: tuple[str, ...] = Field(
         description="Exact sub claims to trust, e.g. repo:OWNER/REPO:environment:prod (no wildcards, no PRs)"
     )
-    provider_arn: str | None = Field(
-        None, description="ARN of the account's existing OIDC provider for the issuer; null creates one"
-    )
     cdk_qualifier: str = Field("hnb659fds", description="Qualifier the target account was bootstrapped with")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "provider_arn" in data:
+            raise ValueError(
+                "provider_arn moved to gitops.oidc_provider (one provider per issuer URL per account, shared by "
+                "both roles); allowed: gitops.oidc_provider: create, existing or the provider's ARN"
+            )
+        return data
 
     @field_validator("subjects")
     @classmethod
@@ -1319,16 +1400,20 @@ class OidcDeployConfig(_Model):
             raise ValueError("must be 1-10 letters, digits, '_' or '-' (cdk bootstrap --qualifier)")
         return value
 
-    @field_validator("provider_arn")
-    @classmethod
-    def _provider(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:oidc-provider/[^\s*]+", value):
-            raise ValueError("must be an IAM OIDC provider ARN (arn:aws:iam::ACCOUNT:oidc-provider/HOST) or null")
-        return value
+    @property
+    def url(self) -> str:
+        """The issuer URL (the preset's, or ``issuer_url`` for a custom issuer)."""
+        return oidc_facts.issuer_url(self.issuer, self.issuer_url)
 
 
 class GitOpsConfig(_Model):
-    """How this environment is delivered from git."""
+    """How this environment is delivered from git.
+
+    IAM holds one OIDC provider per issuer URL per account (a second create fails with EntityAlreadyExists), so
+    exactly one environment per account creates it (`oidc_provider: create`) and every other environment of that
+    account references it (`existing`, or its ARN). The synth refuses two environments of one account that would
+    both create it; an environment with `account: null` may deploy into any account, so it counts as the same.
+    """
 
     oidc_deploy_role: OidcDeployConfig | None = Field(
         None, description="Deploy role for an external runner (GitHub Actions, GitLab CI); null: none"
@@ -1337,6 +1422,44 @@ class GitOpsConfig(_Model):
         None,
         description="Read-only role for `cdk diff` on pull requests (may assume only the CDK lookup role); null: none",
     )
+    oidc_provider: str = Field(
+        "create",
+        description=(
+            "The IAM OIDC provider of the roles' issuer: create (this environment creates it; one per account), "
+            "existing (the account already has it: referenced as arn:<partition>:iam::<account>:oidc-provider/"
+            "<issuer host>, nothing is looked up), or that provider's ARN"
+        ),
+    )
+
+    @field_validator("oidc_provider")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        if value in (oidc_facts.CREATE, oidc_facts.EXISTING) or oidc_facts.OIDC_PROVIDER_ARN.fullmatch(value):
+            return value
+        raise ValueError(
+            "allowed: create, existing, or an IAM OIDC provider ARN (arn:aws:iam::ACCOUNT:oidc-provider/HOST)"
+        )
+
+    @model_validator(mode="after")
+    def _provider_matches_issuer(self) -> GitOpsConfig:
+        match = oidc_facts.OIDC_PROVIDER_ARN.fullmatch(self.oidc_provider)
+        if match is None:
+            return self
+        roles = {
+            key: role
+            for key, role in (("oidc_deploy_role", self.oidc_deploy_role), ("oidc_diff_role", self.oidc_diff_role))
+            if role is not None
+        }
+        wrong = {key: role.url for key, role in roles.items() if oidc_facts.provider_name(role.url) != match["name"]}
+        if wrong:
+            raise ValueError(
+                f"oidc_provider: {self.oidc_provider!r} is the provider of https://{match['name']}, but "
+                + ", ".join(f"{key} uses {url}" for key, url in wrong.items())
+                + f"; allowed: create, existing, or the ARN of the issuer's provider "
+                f"(arn:{match['partition']}:iam::{match['account']}:oidc-provider/"
+                f"{oidc_facts.provider_name(next(iter(wrong.values())))})"
+            )
+        return self
 
 
 class PipelineConfig(_Model):
@@ -1521,12 +1644,30 @@ class EnvConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _dlc_batching(self) -> EnvConfig:
+        if self.images.inference.kind != "dlc":
+            return self
+        from gpu_constructs.dlc import dlc_batching_problem
+
+        for key, endpoint in sorted(self.inference.endpoints.items()):
+            problem = dlc_batching_problem(endpoint.batching.max_batch_size) if endpoint.batching else None
+            if problem is not None:
+                raise ValueError(f"inference.endpoints.{key}.batching.{problem} (images.inference.kind is 'dlc')")
+        return self
+
+    @model_validator(mode="after")
     def _pipeline_account(self) -> EnvConfig:
         if self.pipeline is not None and self.pipeline.account is None and self.account is None:
             raise ValueError(
                 "pipeline.account: null needs account to be set; allowed: the 12-digit account id of the pipeline "
                 "(CodePipeline deploys across regions and accounts only from a known account)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _training_image_drives_the_gpu(self) -> EnvConfig:
+        if self.training.enabled:
+            check_training_image_cuda(self.images.training, self.training)
         return self
 
     @property
@@ -1586,6 +1727,7 @@ def load_config(env_name: str = DEFAULT_ENV, config_dir: Path = CONFIG_DIR) -> E
 
 def parse_config(text: str, path: Path, env_name: str | None = None) -> EnvConfig:
     """Parse YAML ``text`` (read from ``path``) into an :class:`EnvConfig`."""
+    _check_indentation(text, path)
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -1602,6 +1744,17 @@ def parse_config(text: str, path: Path, env_name: str | None = None) -> EnvConfi
     if config.env_name != expected:
         raise ConfigError(f"{path}: env_name: {config.env_name!r} does not match the file name; allowed: {expected!r}")
     return config
+
+
+def _check_indentation(text: str, path: Path) -> None:
+    """Refuse tab indentation with a message that says what to do (PyYAML's own error names a 'token')."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent and line.strip() and not line.lstrip().startswith("#"):
+            raise ConfigError(
+                f"{path}, line {number}: indented with a tab; YAML allows only spaces for indentation: "
+                "indent with spaces (e.g. two per level)"
+            )
 
 
 def _lists_to_tuples(value: Any) -> Any:

@@ -8,23 +8,27 @@ Lustre file system when there is one (the storage stack admits the fleet securit
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Size, Stack
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from gpu_constructs.catalog import lookup
 from gpu_constructs.constants import FLEET_SUBNETS
 from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike, allow_notifications
 from gpu_constructs.network import GpuNetwork
-from gpu_constructs.notebook import GpuNotebook
+from gpu_constructs.notebook import GpuNotebook, NotebookPackage
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import PlatformStorage
+from gpu_constructs.topics import notification_topic
+from gpu_constructs.wheel import ensure_wheel
 from stacks.config import ConfigError, EnvConfig, FleetGroupConfig, NotebookConfig
 from stacks.network_stack import removal_policy
+
+#: The repository root: its pyproject.toml says what the notebooks' wheel holds.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def fleets_stack_name(prefix: str) -> str:
@@ -63,16 +67,14 @@ class FleetStack(Stack):
             removal_policy=self.removal,
             pending_window=Duration.days(30 if config.removal_policy == "retain" else 7),
         )
-        self.topic = sns.Topic(
+        self.topic = notification_topic(
             self,
             "Notifications",
             display_name=f"GPU fleets ({config.env_name})",
             master_key=self.monitoring_key,
-            enforce_ssl=True,
+            emails=cfg.notification_emails,
         )
         allow_notifications(self.topic, self.monitoring_key)
-        for email in cfg.notification_emails:
-            self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.fleets: dict[str, GpuFleet] = {}
         self.notebooks: dict[str, GpuNotebook] = {}
         for group in cfg.groups:
@@ -116,6 +118,7 @@ class FleetStack(Stack):
             _pascal(group.name),
             vpc=network.vpc,
             vpc_subnets=network.subnets(FLEET_SUBNETS),
+            reachability=network.reachability(FLEET_SUBNETS),
             security_group=network.fleet_security_group,
             fleet_name=f"{self.prefix}-{group.name}",
             instance_type=group.instance_type,
@@ -158,9 +161,12 @@ class FleetStack(Stack):
         lustre: LustreFileSystemLike | None,
     ) -> GpuNotebook:
         subnets = network.vpc.select_subnets(subnet_group_name=FLEET_SUBNETS).subnets
-        package_uri = None
         if notebook.gpuctl_package_key:
-            package_uri = f"s3://{storage.artifacts_bucket.bucket_name}/{notebook.gpuctl_package_key}"
+            package = NotebookPackage.from_bucket(storage.artifacts_bucket, notebook.gpuctl_package_key)
+        else:
+            # The platform's own wheel (pyproject.toml: gpuctl and the runtimes), shipped as an S3 asset:
+            # nothing to upload before the first start.
+            package = NotebookPackage.from_wheel_file(ensure_wheel(REPO_ROOT))
         construct = GpuNotebook(
             self,
             f"{_pascal(notebook.name)}Notebook",
@@ -171,7 +177,7 @@ class FleetStack(Stack):
             security_groups=[network.fleet_security_group],
             volume_key=storage.key,
             volume_size_gib=notebook.volume_gib,
-            gpuctl_package_uri=package_uri,
+            package=package,
             file_system=lustre if notebook.mount_lustre else None,
             open_lustre_ports=False,
         )
@@ -179,9 +185,6 @@ class FleetStack(Stack):
             storage.grant_read_datasets(construct, prefix=notebook.datasets_prefix),
             storage.grant_write_artifacts(construct, prefix=notebook.artifacts_prefix),
         ]
-        if notebook.gpuctl_package_key:
-            # Exactly the wheel, nothing else under its folder.
-            grants.append(storage.artifacts_bucket.grant_read(construct, notebook.gpuctl_package_key))
         construct.acknowledge_data_grants(*grants, encryption_key=storage.key)
         CfnOutput(self, f"{_pascal(notebook.name)}NotebookName", value=construct.notebook_name)
         return construct

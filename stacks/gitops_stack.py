@@ -1,19 +1,33 @@
-"""The GitOps stack: the OIDC deploy role that an external runner assumes to run ``cdk diff`` / ``cdk deploy``."""
+"""The GitOps stack: the OIDC deploy role that an external runner assumes to run ``cdk diff`` / ``cdk deploy``.
+
+IAM holds one OIDC provider per issuer URL per account, so ``gitops.oidc_provider`` says whether this stack
+creates it (``create``) or references the account's provider (``existing``: by its deterministic ARN; or an
+ARN). :func:`check_one_oidc_provider_per_account` refuses an app in which two stacks that may deploy into one
+account would both create it (rule ``GpuPlatform-OidcProviderOncePerAccount`` checks the same on templates).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Stack, Token
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpu_constructs.oidc import GitOpsDeployRole, Mode
-from stacks.config import EnvConfig, OidcDeployConfig
+from gpu_constructs.oidc import GitOpsDeployRole, Mode, existing_oidc_provider
+from gpu_constructs.oidc_facts import CREATE, EXISTING
+from gpu_constructs.rules._rule import StackView
+from gpu_constructs.rules.oidc_provider_once_per_account import possibly_same_account, same_stack
+from stacks.config import ConfigError, EnvConfig, OidcDeployConfig
 
 
 class GitOpsStack(Stack):
-    """OIDC trust for the configured repository and branch/environment; may only assume CDK bootstrap roles."""
+    """OIDC trust for the configured repository and branch/environment; may only assume CDK bootstrap roles.
+
+    :param config: the environment (its ``gitops.oidc_provider`` and region).
+    :param deploy: the deploy role's settings (``None``: no deploy role).
+    :param diff: the ``cdk diff`` role's settings (``None``: no diff role).
+    """
 
     def __init__(
         self,
@@ -26,15 +40,22 @@ class GitOpsStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        self.env_name = config.env_name
+        #: issuer URL -> the provider the roles of this stack trust (created here, or the account's).
+        self.providers: dict[str, iam.IOidcProvider] = {}
+        #: issuer URLs whose IAM OIDC provider this stack creates.
+        self.created_provider_urls: list[str] = []
         self.deploy_role = self._role("DeployRole", "deploy", deploy, config) if deploy else None
         self.diff_role = self._role("DiffRole", "diff", diff, config) if diff else None
 
     def _role(self, construct_id: str, mode: Mode, oidc: OidcDeployConfig, config: EnvConfig) -> GitOpsDeployRole:
-        provider: iam.IOidcProvider | None = None
-        if oidc.provider_arn:
-            provider = iam.OidcProviderNative.from_oidc_provider_arn(self, f"{construct_id}Provider", oidc.provider_arn)
-        elif mode == "diff" and self.deploy_role is not None and oidc.issuer == self._deploy_issuer:
-            provider = self.deploy_role.provider  # one provider per issuer URL per account
+        url = oidc.url
+        provider = self.providers.get(url)  # one provider per issuer URL per account, shared by both roles
+        setting = config.gitops.oidc_provider
+        if provider is None and setting == EXISTING:
+            provider = existing_oidc_provider(self, f"{construct_id}Provider", issuer_url=url)
+        elif provider is None and setting != CREATE:
+            provider = iam.OidcProviderNative.from_oidc_provider_arn(self, f"{construct_id}Provider", setting)
         role = GitOpsDeployRole(
             self,
             construct_id,
@@ -47,9 +68,49 @@ class GitOpsStack(Stack):
             cdk_qualifier=oidc.cdk_qualifier,
             target_regions=[config.region],
         )
-        if mode == "deploy":
-            self._deploy_issuer = oidc.issuer
+        if role.provider_created:
+            self.created_provider_urls.append(url)
+        self.providers[url] = role.provider
         CfnOutput(self, f"{construct_id}Arn", value=role.role_arn, description=f"role-to-assume for CI ({mode})")
         return role
 
-    _deploy_issuer: str | None = None
+    @property
+    def view(self) -> StackView:
+        """This stack as the rule pack sees it: name, account and region (``None`` when unresolved)."""
+        account = None if Token.is_unresolved(self.account) else self.account
+        region = None if Token.is_unresolved(self.region) else self.region
+        return StackView(name=self.stack_name, account=account, region=region, template={}, path=self.node.path)
+
+
+def check_one_oidc_provider_per_account(scope: Construct) -> None:
+    """Refuse two GitOps stacks under ``scope`` (the app, pipeline stages included) that may deploy into one
+    account and would each create the IAM OIDC provider of one issuer URL.
+
+    The same stack name in the app and in a pipeline stage is one CloudFormation stack, not two; a stack
+    with no account (``account: null``) may deploy into any account, so it may share one with any stack.
+
+    :raises ConfigError: naming both stacks, their environments, the URL and the setting to change.
+    """
+    creators = [
+        (stack, url)
+        for stack in scope.node.find_all()
+        if isinstance(stack, GitOpsStack)
+        for url in stack.created_provider_urls
+    ]
+    for i, (first, url) in enumerate(creators):
+        for second, other_url in creators[i + 1 :]:
+            a, b = first.view, second.view
+            if url != other_url or same_stack(a, b) or not possibly_same_account(a.account, b.account):
+                continue
+            raise ConfigError(
+                f"gitops.oidc_provider: stacks {a.name} (config/{first.env_name}.yaml, {_account(a)}) and "
+                f"{b.name} (config/{second.env_name}.yaml, {_account(b)}) would each create the IAM OIDC provider "
+                f"for {url}, but an account holds one provider per URL (the second create fails with "
+                f"EntityAlreadyExists); allowed: gitops.oidc_provider: {CREATE} in exactly one environment of the "
+                f"account (the one deployed first) and {EXISTING} (or the provider's ARN) in every other, or "
+                "distinct 12-digit `account` ids"
+            )
+
+
+def _account(view: StackView) -> str:
+    return f"account {view.account}" if view.account else "account: null, so any account"

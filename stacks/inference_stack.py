@@ -22,7 +22,6 @@ from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from gpu_constructs.constants import ENDPOINT_SUBNETS
@@ -45,6 +44,7 @@ from gpu_constructs.endpoint import (
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import PlatformStorage
+from gpu_constructs.topics import Publisher, notification_topic
 from stacks.config import EndpointConfig, EnvConfig
 from stacks.image_parameter import image_from_parameter
 from stacks.network_stack import removal_policy
@@ -112,15 +112,15 @@ class InferenceStack(Stack):
         self.image = image
 
         self.monitoring_key = monitoring_key(self, "MonitoringKey", removal_policy=policy)
-        self.alarm_topic = sns.Topic(
+        # CloudWatch alarms of this account and region may publish to it (on the topic and the key).
+        self.alarm_topic = notification_topic(
             self,
             "AlarmTopic",
             display_name=f"GPU platform ({config.env_name}) endpoint alarms",
             master_key=self.monitoring_key,
-            enforce_ssl=True,
+            emails=inference.alarm_emails,
+            publishers=[Publisher.cloudwatch_alarms(self)],
         )
-        for email in inference.alarm_emails:
-            self.alarm_topic.add_subscription(subscriptions.EmailSubscription(email))
         CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn)
 
         self.endpoints: dict[str, GpuEndpoint] = {}

@@ -9,6 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpu_constructs.constants import SAGEMAKER_ENDPOINTS, fleet_endpoints
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.retention import retention_days
 from stacks.config import EnvConfig
@@ -16,6 +17,17 @@ from stacks.config import EnvConfig
 
 def removal_policy(config: EnvConfig) -> RemovalPolicy:
     return RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
+
+
+def interface_endpoints(config: EnvConfig) -> tuple[str, ...]:
+    """The configured endpoints, or (default) those the enabled features call: the SageMaker set, plus
+    what fleet instances call (EC2 Auto Scaling, Systems Manager) when fleets are configured."""
+    if config.network.interface_endpoints is not None:
+        return config.network.interface_endpoints
+    names = list(SAGEMAKER_ENDPOINTS)
+    if config.fleets.groups:
+        names.extend(n for n in fleet_endpoints() if n not in names)
+    return tuple(names)
 
 
 def retention(days: int) -> logs.RetentionDays:
@@ -35,7 +47,7 @@ class NetworkStack(Stack):
             cidr=net.vpc_cidr,
             subnet_cidr_mask=net.subnet_cidr_mask,
             nat_gateways=net.nat_gateways,
-            interface_endpoints=net.interface_endpoints,
+            interface_endpoints=interface_endpoints(config),
             flow_logs_retention=retention(net.flow_logs_retention_days),
             removal_policy=removal_policy(config),
         )

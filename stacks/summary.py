@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     if violations:
         print(f"{len(violations)} unacknowledged validation finding(s)", file=sys.stderr)
         return 1
-    print("cdk-nag (AwsSolutions, HIPAA Security, NIST 800-53 R5, PCI DSS 3.2.1): 0 unacknowledged findings")
+    print(
+        "cdk-nag (AwsSolutions, HIPAA Security, NIST 800-53 R5, PCI DSS 3.2.1, GpuPlatform): 0 unacknowledged findings"
+    )
     return 0
 
 

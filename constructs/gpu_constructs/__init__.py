@@ -32,10 +32,12 @@ _EXPORTS: dict[str, str] = {
     "GpuImage": "gpu_constructs.images",
     "SecureRepository": "gpu_constructs.images",
     "DlamiImage": "gpu_constructs.dlami",
+    "NetworkReachability": "gpu_constructs.network",
     "FleetSpotOptions": "gpu_constructs.fleet",
     "GpuFleet": "gpu_constructs.fleet",
     "LustreFileSystemLike": "gpu_constructs.fleet",
     "GpuNotebook": "gpu_constructs.notebook",
+    "NotebookPackage": "gpu_constructs.notebook",
     "TrainingPipeline": "gpu_constructs.training",
     "PrepareOptions": "gpu_constructs.training",
     "AlarmThresholds": "gpu_constructs.training",
@@ -44,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "S3Channel": "gpu_constructs.training_spec",
     "FsxChannel": "gpu_constructs.training_spec",
     "GitOpsDeployRole": "gpu_constructs.oidc",
+    "existing_oidc_provider": "gpu_constructs.oidc",
     "GpuEndpoint": "gpu_constructs.endpoint",
     "ModelData": "gpu_constructs.endpoint",
     "Batching": "gpu_constructs.endpoint",
@@ -58,6 +61,11 @@ _EXPORTS: dict[str, str] = {
     "GPU_SERVE_BATCHING_ENV": "gpu_constructs.endpoint",
     "TORCHSERVE_BATCHING_ENV": "gpu_constructs.endpoint",
     "monitoring_key": "gpu_constructs.endpoint",
+    "Publisher": "gpu_constructs.topics",
+    "admit_publishers": "gpu_constructs.topics",
+    "alarm_action": "gpu_constructs.topics",
+    "notification_topic": "gpu_constructs.topics",
+    "rule_target": "gpu_constructs.topics",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -106,9 +114,10 @@ if TYPE_CHECKING:
     from gpu_constructs.fsx import GpuLustreFileSystem, ImportedLustreFileSystem, LustreDataRepository
     from gpu_constructs.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
     from gpu_constructs.images import GpuImage, SecureRepository
-    from gpu_constructs.network import GpuNetwork
-    from gpu_constructs.notebook import GpuNotebook
-    from gpu_constructs.oidc import GitOpsDeployRole
+    from gpu_constructs.network import GpuNetwork, NetworkReachability
+    from gpu_constructs.notebook import GpuNotebook, NotebookPackage
+    from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider
     from gpu_constructs.storage import PlatformStorage, SecureBucket
+    from gpu_constructs.topics import Publisher, admit_publishers, alarm_action, notification_topic, rule_target
     from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingPipeline
     from gpu_constructs.training_spec import FsxChannel, S3Channel, ShardingJobSpec, TrainingJobSpec

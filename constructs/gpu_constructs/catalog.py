@@ -65,6 +65,7 @@ __all__ = [
     "gpu_memory_note",
     "instance_types",
     "lookup",
+    "processes_per_host_limit",
     "render_markdown_table",
     "require_efa",
     "require_nvidia_gpu",
@@ -654,6 +655,13 @@ def require_nvidia_gpu(
     return it
 
 
+def processes_per_host_limit(instance_type: InstanceRef) -> int:
+    """The most training processes (or GPUs a container asks for) a host of the type can run: one per NVIDIA
+    GPU, and 1 on types without one. :func:`check_gpu_count` enforces it; the training state machine renders
+    it per allowed type so that its input check applies the same limit."""
+    return max(1, lookup(instance_type).nvidia_gpu_count)
+
+
 def check_gpu_count(
     instance_type: InstanceRef,
     requested: int | None,
@@ -671,12 +679,13 @@ def check_gpu_count(
         return
     usage = _check_usage(usage, where)
     it = lookup(instance_type, where=where)
+    limit = processes_per_host_limit(it)
     if isinstance(requested, bool) or not isinstance(requested, int):
-        raise ValidationError(where, f"{param}={requested!r} is not an integer; allowed: 1..{max(1, it.gpu_count)}")
+        raise ValidationError(where, f"{param}={requested!r} is not an integer; allowed: 1..{limit}")
     available = it.nvidia_gpu_count
     if requested < 1:
-        raise ValidationError(where, f"{param}={requested} is not allowed; allowed: 1..{max(1, available)}")
-    if requested <= max(1, available):
+        raise ValidationError(where, f"{param}={requested} is not allowed; allowed: 1..{limit}")
+    if requested <= limit:
         return
     if available <= 1:
         have = "no NVIDIA GPU" if available == 0 else f"a single GPU ({it.accelerator_summary()})"

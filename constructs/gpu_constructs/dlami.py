@@ -47,14 +47,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DLAMI_SSM_PREFIX",
+    "LUSTRE_CLIENT_PREINSTALLED",
     "OPEN_KERNEL_MODULES_MIN_CC",
     "CpuArch",
     "DlamiImage",
     "DriverFlavour",
     "Framework",
+    "LustreClientInstall",
     "OperatingSystem",
     "dlami_ami_type",
     "dlami_ssm_parameter_name",
+    "lustre_client_install",
 ]
 
 Framework = Literal["base", "pytorch"]
@@ -82,6 +85,54 @@ ROOT_DEVICE_NAMES: dict[OperatingSystem, str] = {
     "ubuntu-24.04": "/dev/sda1",
     "amazon-linux-2023": "/dev/xvda",
 }
+
+#: DLAMI flavours (framework, os, cpu_arch) that ship the FSx for Lustre client for their own kernel.
+#: Source: the DLAMI developer guide's release notes, "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.11
+#: (Ubuntu 24.04) 20260815" and "... PyTorch 2.12 (Ubuntu 24.04) 20260822" (x86_64), whose "Added packages"
+#: install ``lustre-client-modules-6.17.0-1020-aws-2.15.6-1fsx33`` with the new kernel
+#: (https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpupt212oss-ul2404-2026-08-24.html).
+#: No release note of the base OSS DLAMIs, of the arm64 images or of the Amazon Linux 2023 images lists a
+#: Lustre package, so those install the client at boot (:func:`lustre_client_install`). A pinned image
+#: may state its own fact (``DlamiImage(lustre_client_preinstalled=...)``).
+LUSTRE_CLIENT_PREINSTALLED: frozenset[tuple[str, str, str]] = frozenset({("pytorch", "ubuntu-24.04", "x86_64")})
+
+LustreClientInstall = Literal["preinstalled", "fsx-apt-repository", "amazon-linux-repository"]
+
+#: How a flavour without the client gets it, from the FSx for Lustre user guide, "Installing the Lustre
+#: client" (https://docs.aws.amazon.com/fsx/latest/LustreGuide/install-lustre-client.html):
+#:
+#: * Ubuntu 22.04/24.04: the Amazon FSx apt repository (``https://fsx-lustre-client-repo.s3.amazonaws.com/
+#:   ubuntu <codename> main``, signed with ``fsx-ubuntu-public-key.asc``), then
+#:   ``apt install -y lustre-client-modules-$(uname -r)``. The repository is an S3 bucket addressed through
+#:   the global ``s3.amazonaws.com`` endpoint and the packages' dependencies come from the Ubuntu archive
+#:   mirrors (outside AWS); a VPC's S3 gateway endpoint reaches only buckets of its own Region (AWS
+#:   PrivateLink guide, "Gateway endpoints for Amazon S3"), so the instance needs a NAT or internet path;
+#: * Amazon Linux 2023: ``dnf install -y lustre-client`` from the Amazon Linux repositories. AL2023 serves
+#:   them from S3 buckets in the instance's Region (the DLAMI release notes list the
+#:   ``amazon-linux-repo-s3`` package; dnf resolves ``al2023-repos-<region>-<id>.s3.dualstack.<region>.
+#:   amazonaws.com``), which the VPC's S3 gateway endpoint reaches.
+LUSTRE_INSTALL_BY_OS: dict[str, LustreClientInstall] = {
+    "ubuntu-22.04": "fsx-apt-repository",
+    "ubuntu-24.04": "fsx-apt-repository",
+    "amazon-linux-2023": "amazon-linux-repository",
+}
+
+#: What each install method needs to reach: ``internet`` (NAT or internet gateway) or ``s3`` (the Region's
+#: S3, through the S3 gateway endpoint or the internet).
+LUSTRE_INSTALL_ROUTE: dict[LustreClientInstall, str | None] = {
+    "preinstalled": None,
+    "fsx-apt-repository": "internet",
+    "amazon-linux-repository": "s3",
+}
+
+
+def lustre_client_install(
+    framework: str, os: str, cpu_arch: str, preinstalled: bool | None = None
+) -> LustreClientInstall:
+    """How a DLAMI flavour gets the Lustre client: ``preinstalled``, or the documented install of its OS."""
+    ships = (framework, os, cpu_arch) in LUSTRE_CLIENT_PREINSTALLED if preinstalled is None else preinstalled
+    return "preinstalled" if ships else LUSTRE_INSTALL_BY_OS[os]
+
 
 #: Python of the PyTorch DLAMIs (release notes: ``python_location``).
 PYTORCH_DLAMI_PYTHON = "/opt/pytorch/bin/python"
@@ -127,6 +178,9 @@ class DlamiImage:
     :param driver_branch: the image's NVIDIA driver branch, e.g. 580 (default: unknown, not checked).
     :param cuda_version: the CUDA version the workload on this image uses, e.g. ``"12.8"`` (default:
         unknown, not checked).
+    :param lustre_client_preinstalled: whether the image ships the Lustre client for its kernel (default:
+        the documented fact of the flavour, :data:`LUSTRE_CLIENT_PREINSTALLED`); set it for a pinned image
+        you built with the client, so a fleet on it needs no package repository.
     """
 
     framework: Framework = "base"
@@ -137,6 +191,7 @@ class DlamiImage:
     driver: DriverFlavour = "oss"
     driver_branch: int | None = None
     cuda_version: str | None = None
+    lustre_client_preinstalled: bool | None = None
 
     def __post_init__(self) -> None:
         self._validate_framework()
@@ -146,6 +201,8 @@ class DlamiImage:
         self._validate_driver()
         self._validate_ami_ids()
         self._validate_cuda_version()
+        if self.lustre_client_preinstalled not in (None, True, False):
+            raise self._fail("lustre_client_preinstalled", self.lustre_client_preinstalled, "None, True or False")
 
     # -- factories ---------------------------------------------------------------------------------------
 
@@ -176,6 +233,7 @@ class DlamiImage:
         driver: DriverFlavour = "oss",
         driver_branch: int | None = None,
         cuda_version: str | None = None,
+        lustre_client_preinstalled: bool | None = None,
     ) -> DlamiImage:
         """An explicit AMI id per region (a reviewed change), described by its flavour and driver facts."""
         return cls(
@@ -187,6 +245,7 @@ class DlamiImage:
             driver=driver,
             driver_branch=driver_branch,
             cuda_version=cuda_version,
+            lustre_client_preinstalled=lustre_client_preinstalled,
         )
 
     # -- validation --------------------------------------------------------------------------------------
@@ -276,6 +335,11 @@ class DlamiImage:
     def has_torch(self) -> bool:
         """True for PyTorch DLAMIs (torch in ``/opt/pytorch``); base DLAMIs ship no framework."""
         return self.framework == "pytorch"
+
+    @property
+    def lustre_client_install(self) -> LustreClientInstall:
+        """How an instance of this image gets the Lustre client (see :func:`lustre_client_install`)."""
+        return lustre_client_install(self.framework, self.os, self.cpu_arch, self.lustre_client_preinstalled)
 
     @property
     def torch_python(self) -> str | None:

@@ -23,11 +23,16 @@ __all__ = [
     "DLC_ACCOUNTS",
     "DLC_IMAGES",
     "IMAGE_USAGES",
+    "TORCHSERVE_BATCH_SIZE_ENV",
+    "TORCHSERVE_MAX_BATCH_DELAY_ENV",
+    "TORCHSERVE_SAFE_BATCH_SIZE",
     "DlcImage",
     "ImageUsage",
+    "dlc_batching_problem",
     "dlc_image_uri",
     "dlc_table_from_sdk",
     "dlc_versions",
+    "is_pytorch_inference_dlc",
     "partition_of",
     "resolve_dlc",
 ]
@@ -228,3 +233,53 @@ def dlc_table_from_sdk() -> dict[str, Any]:
                 "repository": entry["repository"],
             }
     return {"accounts": dict(sorted(accounts.items())), "versions": versions}
+
+
+# --------------------------------------------------------------------------------------------------
+# TorchServe batching on the PyTorch inference DLC (the one home of this rule)
+# --------------------------------------------------------------------------------------------------
+
+#: The variables through which the DLC's toolkit (sagemaker-pytorch-inference 2.0.25,
+#: ``sagemaker_pytorch_serving_container/ts_parameters.py``) sets TorchServe's ``batchSize`` / ``maxBatchDelay``.
+TORCHSERVE_BATCH_SIZE_ENV = "SAGEMAKER_TS_BATCH_SIZE"
+TORCHSERVE_MAX_BATCH_DELAY_ENV = "SAGEMAKER_TS_MAX_BATCH_DELAY"
+#: The largest TorchServe batch that is safe on the DLC's handler (its own default, ``DEFAULT_TS_BATCH_SIZE``).
+TORCHSERVE_SAFE_BATCH_SIZE = 1
+
+#: ``<account>.dkr.ecr.<region>.<dns suffix>/pytorch-inference:<tag>`` (the account may be a template token).
+_PYTORCH_INFERENCE_DLC = re.compile(
+    r"^(?P<account>\d{12}|\$\{[^}]*\})\.dkr\.ecr\.(?:[a-z0-9-]+|\$\{[^}]*\})\.(?:[a-z0-9.]+|\$\{[^}]*\})"
+    r"/pytorch-inference:(?P<tag>[^\s/]+)$"
+)
+
+
+def is_pytorch_inference_dlc(image_uri: str) -> bool:
+    """True for an AWS PyTorch inference DLC URI (registry account of :data:`DLC_ACCOUNTS`, or a token there).
+
+    Those images serve with TorchServe through the SageMaker inference toolkits.
+    """
+    match = _PYTORCH_INFERENCE_DLC.match(image_uri.strip())
+    if match is None:
+        return False
+    account = match.group("account")
+    return account.startswith("${") or account in set(DLC_ACCOUNTS.values())
+
+
+def dlc_batching_problem(max_batch_size: int) -> str | None:
+    """Why ``max_batch_size`` is unsafe on the PyTorch inference DLC (None when it is safe).
+
+    The DLC's handler service (sagemaker-inference 1.10.1, ``Transformer.transform``) reads request 0's content
+    type for the whole batch, runs ``predict_fn`` once per request (no batched forward pass) and answers a
+    one-element list for an N-request batch on any error, which TorchServe turns into a failure of every request
+    of the batch ("number of batch response mismatched"): one bad request fails its neighbours.
+    """
+    if max_batch_size <= TORCHSERVE_SAFE_BATCH_SIZE:
+        return None
+    return (
+        f"max_batch_size={max_batch_size} is unsafe on the AWS PyTorch inference DLC: its TorchServe handler "
+        "(sagemaker-inference toolkit) decodes every request of a batch with request 0's content type, runs "
+        "predict_fn once per request (no batching gain) and fails the whole batch when one request fails; "
+        f"allowed: {TORCHSERVE_SAFE_BATCH_SIZE} (or no batching). To batch, serve with the platform's inference "
+        "image (GpuImage.from_codebuild/from_asset of containers/inference, the gpu_serve runtime), whose "
+        "batcher decodes each request with its own content type and fails a bad request alone"
+    )

@@ -44,7 +44,6 @@ import jsii
 from aws_cdk import Annotations, CfnParameter, Duration, Names, RemovalPolicy, Stack, TimeZone
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -55,10 +54,18 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct, IValidation
 
 from gpu_constructs import catalog, nag
+from gpu_constructs.dlc import (
+    TORCHSERVE_BATCH_SIZE_ENV,
+    TORCHSERVE_MAX_BATCH_DELAY_ENV,
+    dlc_batching_problem,
+    is_pytorch_inference_dlc,
+)
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.nag import flatten_reference
+from gpu_constructs.removal import for_named_resource
+from gpu_constructs.topics import alarm_action, notification_topic
 
 __all__ = [
     "GPU_SERVE_BATCHING_ENV",
@@ -305,8 +312,9 @@ class BatchingEnv:
 
 #: The platform's inference runtime (``containers/inference``, ``gpu_serve``).
 GPU_SERVE_BATCHING_ENV = BatchingEnv("GPU_SERVE_MAX_BATCH_SIZE", "GPU_SERVE_MAX_BATCH_DELAY_MS")
-#: The AWS PyTorch DLC inference image (TorchServe via sagemaker-pytorch-inference-toolkit).
-TORCHSERVE_BATCHING_ENV = BatchingEnv("SAGEMAKER_TS_BATCH_SIZE", "SAGEMAKER_TS_MAX_BATCH_DELAY")
+#: The AWS PyTorch DLC inference image (TorchServe via sagemaker-pytorch-inference-toolkit). Batching above 1
+#: there is refused (:func:`gpu_constructs.dlc.dlc_batching_problem`): it is only here to pass 1 explicitly.
+TORCHSERVE_BATCHING_ENV = BatchingEnv(TORCHSERVE_BATCH_SIZE_ENV, TORCHSERVE_MAX_BATCH_DELAY_ENV)
 
 
 @dataclass(frozen=True)
@@ -520,7 +528,8 @@ def monitoring_key(
     """A KMS key (rotation on) for endpoint log groups and alarm/notification topics.
 
     Its policy lets CloudWatch Logs use it for ``/aws/sagemaker/Endpoints/*`` log groups of this
-    account and region, and lets CloudWatch alarms publish to topics it encrypts.
+    account and region. CloudWatch alarms are admitted (with source conditions) when a topic it encrypts
+    becomes an alarm action (:func:`gpu_constructs.topics.alarm_action`).
     """
     key = kms.Key(
         scope,
@@ -533,14 +542,6 @@ def monitoring_key(
     stack = Stack.of(scope)
     allow_cloudwatch_logs(
         key, stack, sid="AllowCloudWatchLogsForEndpointLogGroups", log_group="/aws/sagemaker/Endpoints/*"
-    )
-    key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="AllowCloudWatchAlarmsToPublishToEncryptedTopics",
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-            resources=["*"],
-        )
     )
     return key
 
@@ -579,7 +580,10 @@ class GpuEndpoint(Construct):
         deployments require the same variant name in the old and new config.
     :param role: execution role (default: a new role that SageMaker assumes, with only the grants below).
     :param environment: container environment (default: none). At most 100 variables.
-    :param batching: the server's dynamic batching (default: none — the image's own defaults).
+    :param batching: the server's dynamic batching (default: none — the image's own defaults). On the AWS
+        PyTorch inference DLC a ``max_batch_size`` above 1 is refused (its TorchServe handler fails a whole
+        batch for one bad request; see :func:`gpu_constructs.dlc.dlc_batching_problem`): batch with the
+        platform's inference image (containers/inference, gpu_serve) instead.
     :param network_isolation: no network access for the container (default: True).
     :param vpc: VPC of the model (default: none). Required for production use.
     :param vpc_subnets: subnets of the model (default: the VPC's private subnets).
@@ -599,7 +603,8 @@ class GpuEndpoint(Construct):
     :param autoscaling: target-tracking autoscaling (default: none — a fixed instance count).
     :param off_hours: scale down outside working hours (default: none).
     :param alarm_topic: SNS topic for alarm notifications (default: a new topic encrypted with the
-        monitoring key).
+        monitoring key). CloudWatch alarms are admitted on its policy and on its key's policy; an imported
+        topic or key gets a warning naming the statements to add.
     :param monitoring_key: KMS key of the log group and the default topic (default: a new key from
         :func:`monitoring_key`; a key you pass needs the same key policy).
     :param log_retention: retention of the endpoint's log group (default: 3 months).
@@ -670,6 +675,7 @@ class GpuEndpoint(Construct):
         self._validate_variant_name(variant_name)
         self._validate_environment(env, batching)
         self._validate_batching(batching)
+        self._validate_dlc_batching(image, env, batching)
         self._validate_network(vpc, vpc_subnets, security_groups)
         self._validate_volume_size(volume_size_gib)
         self._validate_timeouts(model_download_timeout, container_startup_health_check_timeout)
@@ -736,7 +742,7 @@ class GpuEndpoint(Construct):
             log_group_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
             encryption_key=self.monitoring_key,
             retention=log_retention,
-            removal_policy=removal_policy,
+            removal_policy=for_named_resource(removal_policy),
         )
 
         # -- grants of the execution role -------------------------------------------------------------
@@ -796,12 +802,11 @@ class GpuEndpoint(Construct):
 
         # -- alarms (they exist before the endpoint, which names them for rollback) ---------------------
         if alarm_topic is None:
-            alarm_topic = sns.Topic(
+            alarm_topic = notification_topic(
                 self,
                 "AlarmTopic",
                 display_name=f"Alarms of SageMaker endpoint {self.endpoint_name}",
                 master_key=self.monitoring_key,
-                enforce_ssl=True,
             )
         self.alarm_topic: sns.ITopic = alarm_topic
         self.rollback_alarms: list[cloudwatch.Alarm] = self._create_alarms()
@@ -964,6 +969,32 @@ class GpuEndpoint(Construct):
             raise fail(self, "batching.max_batch_size", batching.max_batch_size, "an integer in [1, 4096]")
         if not 0 <= batching.max_batch_delay_ms <= 10_000:
             raise fail(self, "batching.max_batch_delay_ms", batching.max_batch_delay_ms, "milliseconds in [0, 10000]")
+
+    def _validate_dlc_batching(self, image: InferenceImage, env: Mapping[str, str], batching: Batching | None) -> None:
+        """No TorchServe batching above 1 on the PyTorch inference DLC (see ``dlc.dlc_batching_problem``).
+
+        Refused (not silently forced to 1): on a DLC image, ``batching.max_batch_size`` above 1; on any image,
+        a ``SAGEMAKER_TS_BATCH_SIZE`` above 1 (the variable only the DLC's TorchServe toolkit reads).
+        """
+        uri = image.image_uri
+        is_dlc = getattr(image, "kind", None) == "dlc" or (not is_token(uri) and is_pytorch_inference_dlc(uri))
+        if batching is not None and is_dlc:
+            problem = dlc_batching_problem(batching.max_batch_size)
+            if problem is not None:
+                raise ValidationError(path_of(self), f"batching.{problem}")
+        merged = {**env, **(batching.environment() if batching is not None else {})}
+        raw = merged.get(TORCHSERVE_BATCH_SIZE_ENV)
+        if raw is None or is_token(raw):
+            return
+        try:
+            size = int(raw)
+        except ValueError:
+            raise fail(
+                self, f"environment {TORCHSERVE_BATCH_SIZE_ENV}", raw, "an integer (TorchServe batch size)"
+            ) from None
+        problem = dlc_batching_problem(size)
+        if problem is not None:
+            raise ValidationError(path_of(self), f"environment {TORCHSERVE_BATCH_SIZE_ENV}: {problem}")
 
     def _validate_network(
         self,
@@ -1386,7 +1417,7 @@ class GpuEndpoint(Construct):
 
     def _create_alarms(self) -> list[cloudwatch.Alarm]:
         th = self.alarm_thresholds
-        action = cw_actions.SnsAction(self.alarm_topic)
+        action = alarm_action(self.alarm_topic)
         common: dict[str, Any] = {
             "evaluation_periods": th.evaluation_periods,
             "datapoints_to_alarm": th.datapoints_to_alarm,

@@ -32,7 +32,6 @@ import jsii
 from aws_cdk import Duration, Names, RemovalPolicy, Size, Stack, Tags, Token
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -42,11 +41,19 @@ from constructs import Construct, IConstruct, IValidation
 
 from gpu_constructs import nag
 from gpu_constructs.catalog import InstanceType, require_efa
-from gpu_constructs.dlami import DlamiImage
+from gpu_constructs.constants import (
+    FLEET_FEATURE_SERVICES,
+    S3_GATEWAY,
+    endpoint_service_name,
+)
+from gpu_constructs.dlami import LUSTRE_INSTALL_ROUTE, DlamiImage
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of, require_range
 from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.nag import flatten_reference
+from gpu_constructs.network import NetworkReachability, infer_reachability, select_subnets
+from gpu_constructs.removal import for_named_resource
+from gpu_constructs.topics import Publisher, admit_publishers, alarm_action, notification_topic
 
 __all__ = [
     "CW_AGENT_NAMESPACE",
@@ -292,6 +299,19 @@ class GpuFleet(Construct):
     :param file_system: an FSx for Lustre file system to mount (default: none).
     :param open_lustre_ports: open Lustre traffic between ``file_system`` and ``security_group`` (default:
         True); set False when the file system's owner already admits the group (duplicate rules fail).
+    :param same_zone_as_file_system: when ``file_system`` reports its Availability Zone
+        (``availability_zone``, as the platform's Lustre construct does), launch only in that zone
+        (default: True). An FSx for Lustre file system lives in one subnet of one AZ: a client in another
+        AZ pays inter-AZ data transfer on every byte it reads or writes, in each direction, and an extra
+        network hop of latency on every Lustre RPC (Amazon EC2 pricing, "Data transfer within the same
+        AWS Region"). A fleet that may launch elsewhere (False, or an ``availability_zone`` or subnets
+        outside the file system's zone) synthesizes with a warning saying so.
+    :param reachability: what the fleet's subnets reach (:class:`~gpu_constructs.network.NetworkReachability`,
+        e.g. ``GpuNetwork.reachability()``). Default: inferred from the VPC construct when the app is
+        synthesized (:func:`~gpu_constructs.network.infer_reachability`). Synth fails when a feature's
+        API (:data:`~gpu_constructs.constants.FLEET_FEATURE_SERVICES`: EC2 Auto Scaling for the boot
+        signals, CloudWatch for the agent, Systems Manager for Session Manager) or the package repository
+        of a Lustre client install is reachable neither through an endpoint nor through a NAT path.
     :param lustre_mount_path: default ``/fsx``.
     :param lustre_mount_attempts: mount attempts at boot (default: 30). :param lustre_retry_interval:
         pause between attempts (default: 10 seconds).
@@ -339,6 +359,8 @@ class GpuFleet(Construct):
         file_system: LustreFileSystemLike | None = None,
         open_lustre_ports: bool = True,
         lustre_mount_path: str = "/fsx",
+        same_zone_as_file_system: bool = True,
+        reachability: NetworkReachability | None = None,
         lustre_mount_attempts: int = 30,
         lustre_retry_interval: Duration = Duration.seconds(10),
         torch_check: TorchCheck | None = None,
@@ -369,6 +391,11 @@ class GpuFleet(Construct):
         self._validate_timeouts(boot_timeout, health_check_grace_period)
         self._validate_pinned_region(image)
         zone = self._validate_zone(vpc, placement_group, availability_zone)
+        self.required_services = self._required_services(image, file_system)
+        if reachability is not None:
+            self._check_reachability(reachability, Stack.of(self).region)
+        else:
+            self.node.add_validation(_InferredReachability(self, vpc))
 
         self.fleet_name = fleet_name
         self.auto_scaling_group_name = fleet_name
@@ -416,16 +443,12 @@ class GpuFleet(Construct):
             log_group_name=self.log_group_name,
             encryption_key=monitoring_key,
             retention=log_retention,
-            removal_policy=removal_policy,
+            removal_policy=for_named_resource(removal_policy),
         )
         _allow_logs_to_use_key(monitoring_key, self.log_group, self.log_group_name, stack)
         if notifications_topic is None:
-            topic = sns.Topic(
-                self,
-                "Notifications",
-                display_name=f"GPU fleet {fleet_name}",
-                master_key=monitoring_key,
-                enforce_ssl=True,
+            topic = notification_topic(
+                self, "Notifications", display_name=f"GPU fleet {fleet_name}", master_key=monitoring_key
             )
             allow_notifications(topic, monitoring_key)
             notifications_topic = topic
@@ -523,12 +546,17 @@ class GpuFleet(Construct):
 
         # -- auto scaling group -------------------------------------------------------------------------
         subnets = vpc_subnets or ec2.SubnetSelection(subnet_type=_private_subnet_type(vpc))
-        if zone is not None:
+        zone = self._zone_for_file_system(vpc, subnets, zone, file_system, same_zone_as_file_system)
+        if zone is not None and subnets.subnets:
+            in_zone = [sn for sn in subnets.subnets if sn.availability_zone == zone]
+            subnets = ec2.SubnetSelection(subnets=in_zone or list(subnets.subnets))
+        elif zone is not None:
             subnets = ec2.SubnetSelection(
                 subnet_group_name=subnets.subnet_group_name,
                 subnet_type=None if subnets.subnet_group_name else subnets.subnet_type,
                 availability_zones=[zone],
             )
+        self._vpc_subnets = subnets
         group_kwargs: dict[str, object] = {}
         if spot is not None:
             group_kwargs["mixed_instances_policy"] = autoscaling.MixedInstancesPolicy(
@@ -706,6 +734,86 @@ class GpuFleet(Construct):
             zone = zones[0]
         return zone
 
+    # -- what the boot scripts and agents call -----------------------------------------------------------
+
+    @staticmethod
+    def _required_services(image: DlamiImage, file_system: LustreFileSystemLike | None) -> dict[str, tuple[str, ...]]:
+        """Feature -> the endpoints (short names, ``s3``) or ``internet`` its software needs to reach."""
+        needs = dict(FLEET_FEATURE_SERVICES)
+        if file_system is not None:
+            method = image.lustre_client_install
+            route = LUSTRE_INSTALL_ROUTE[method]
+            if route is not None:
+                needs[f"Lustre client install ({method}, {image.os}: the DLAMI does not ship it)"] = (route,)
+        return needs
+
+    def _check_reachability(self, reach: NetworkReachability, region: str) -> None:
+        shown_region = region if not is_token(region) else "<region>"
+        problems: list[str] = []
+        for feature, services in self.required_services.items():
+            for service in reach.missing(services):
+                if service == "internet":
+                    problems.append(
+                        f"{feature} needs a package repository on the internet; allowed: a NAT path for the "
+                        "fleet's subnets (config network.nat_gateways >= 1, GpuNetwork(nat_gateways=...)), or an "
+                        "image that ships the client (DlamiImage lustre_client_preinstalled=True, or a flavour "
+                        "that ships it: dlami.LUSTRE_CLIENT_PREINSTALLED)"
+                    )
+                    continue
+                endpoint = endpoint_service_name(service, shown_region)
+                kind = "gateway endpoint" if service == S3_GATEWAY else "interface endpoint"
+                config_hint = (
+                    "GpuNetwork(s3_gateway_endpoint=True)"
+                    if service == S3_GATEWAY
+                    else f"'{service}' in GpuNetwork(interface_endpoints=...) / config network.interface_endpoints"
+                )
+                problems.append(
+                    f"{feature} calls {endpoint}, which the fleet's subnets reach neither through a VPC "
+                    f"endpoint nor through a NAT path; allowed: add the {kind} {endpoint} ({config_hint}), "
+                    "or give the subnets a NAT path (config network.nat_gateways >= 1)"
+                )
+        if problems:
+            raise ValidationError(path_of(self), f"{'; '.join(problems)} (reachability: {reach.describe()})")
+
+    def _zone_for_file_system(
+        self,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        zone: str | None,
+        file_system: LustreFileSystemLike | None,
+        same_zone: bool,
+    ) -> str | None:
+        fs_zone = getattr(file_system, "availability_zone", None) if file_system is not None else None
+        if not isinstance(fs_zone, str) or is_token(fs_zone):
+            return zone
+        if zone is not None:
+            zones = [zone]
+        else:
+            try:
+                zones = [z for z in select_subnets(vpc, subnets).availability_zones if not is_token(z)]
+            except Exception:
+                return zone
+        if same_zone and zone is None and fs_zone in zones:
+            return fs_zone
+        others = sorted(set(zones) - {fs_zone})
+        if others:
+            from aws_cdk import Annotations
+
+            reason = (
+                "availability_zone / the placement group is elsewhere"
+                if zone is not None
+                else ("same_zone_as_file_system=False" if fs_zone in zones else "its subnets exclude that zone")
+            )
+            Annotations.of(self).add_warning_v2(
+                "gpu-constructs:lustre-cross-az",
+                f"the fleet mounts an FSx for Lustre file system in {fs_zone} but may launch instances in "
+                f"{', '.join(others)} ({reason}): every byte between a client and the file system in another "
+                "Availability Zone is billed as inter-AZ data transfer in each direction, and every Lustre RPC "
+                f"crosses zones (higher latency, lower throughput). Launch the fleet in {fs_zone} "
+                "(same_zone_as_file_system=True, or availability_zone / subnets in that zone)",
+            )
+        return zone
+
     def _validate_user_data_size(self, script: str) -> None:
         # Tokens (DNS name, log group, region) render as ~20-character placeholders here; allow 512 bytes
         # for their real values.
@@ -881,7 +989,7 @@ class GpuFleet(Construct):
         )
 
     def _add_alarms(self, idle_percent: float, idle_period: Duration, temperature: float) -> None:
-        action = cw_actions.SnsAction(self.topic)
+        action = alarm_action(self.topic)
         periods = int(idle_period.to_minutes() // 5)
         specs: list[tuple[str, cloudwatch.Metric, float, cloudwatch.ComparisonOperator, int, str]] = [
             (
@@ -1093,31 +1201,15 @@ def _allow_autoscaling_to_use_key(key: kms.IKey, scope: Construct) -> None:
     )
 
 
-def allow_notifications(topic: sns.Topic, key: kms.IKey) -> None:
+def allow_notifications(topic: sns.ITopic, key: kms.IKey) -> None:
     """Let CloudWatch alarms and EC2 Auto Scaling notifications publish to ``topic`` encrypted with ``key``.
 
-    The topic policy admits CloudWatch alarms of this account (a topic policy replaces the default one);
-    the key policy lets CloudWatch and the Auto Scaling service-linked role encrypt messages.
+    CloudWatch alarms of this account and region are admitted on the topic and the key by the platform's one
+    recipe (:func:`gpu_constructs.topics.admit_publishers`); the key policy also lets the Auto Scaling
+    service-linked role (which publishes scaling notifications as a role, not as a service principal)
+    encrypt messages.
     """
-    stack = Stack.of(topic)
-    topic.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="CloudWatchAlarms",
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["sns:Publish"],
-            resources=[topic.topic_arn],
-            conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
-        )
-    )
-    key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="AllowCloudWatchAlarmsToPublishEncrypted",
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-            resources=["*"],
-            conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
-        )
-    )
+    admit_publishers(topic, Publisher.cloudwatch_alarms(topic), key=key)
     key.add_to_resource_policy(
         _service_linked_role_statement(
             key, "AllowAutoScalingNotificationsEncrypted", ["kms:Decrypt", "kms:GenerateDataKey*"]
@@ -1232,4 +1324,24 @@ class PolicyWildcards:
                     if action.startswith("kms:") and "*" in action and finding not in acknowledged:
                         nag.acknowledge(cfn, nag.AWS_SOLUTIONS, f"IAM5[{finding}]", reason)
                         acknowledged.add(finding)
+        return []
+
+
+@jsii.implements(IValidation)
+class _InferredReachability:
+    """Checks, when the app is synthesized, that the fleet's subnets reach what its software calls.
+
+    Run in the validation phase so endpoints added to the VPC after the fleet was constructed count.
+    """
+
+    def __init__(self, fleet: GpuFleet, vpc: ec2.IVpc) -> None:
+        self._fleet = fleet
+        self._vpc = vpc
+
+    def validate(self) -> list[str]:
+        fleet = self._fleet
+        try:
+            fleet._check_reachability(infer_reachability(self._vpc, fleet._vpc_subnets), Stack.of(fleet).region)
+        except ValidationError as exc:
+            return [str(exc)]
         return []

@@ -4,11 +4,21 @@ It creates (or adopts) a VPC whose workloads reach AWS only through VPC endpoint
 plus the interface endpoints that SageMaker, ECR, CloudWatch, STS, KMS and SSM traffic needs. Flow logs
 go to a KMS-encrypted log group. Security groups for the three workload kinds are exposed for later
 stacks, and every interface endpoint admits HTTPS only from those groups (through ``connections``).
+
+What a workload's subnets can reach is a value, :class:`NetworkReachability`: the interface endpoints
+and the S3 gateway endpoint of the VPC, and whether a NAT or internet path exists.
+:meth:`GpuNetwork.reachability` reports it for the network's subnet groups; constructs whose boot or
+lifecycle scripts call AWS APIs (``GpuFleet``) check it at synth and name the endpoint or NAT path that
+is missing. :func:`infer_reachability` reads it from any ``ec2.IVpc`` of the app: the endpoints added to
+the VPC construct and the subnet types (``PRIVATE_ISOLATED`` subnets have no internet path, every other
+kind has one); endpoints created outside the app are declared with :class:`NetworkReachability`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -19,8 +29,10 @@ from constructs import Construct
 from gpu_constructs import nag
 from gpu_constructs.constants import (  # re-exported: the table lives in a CDK-free module
     DEFAULT_INTERFACE_ENDPOINTS,
+    ENDPOINT_SERVICE_NAMES,
     ENDPOINT_SUBNETS,
     FLEET_SUBNETS,
+    S3_GATEWAY,
     TRAINING_SUBNETS,
 )
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
@@ -55,6 +67,102 @@ def _pascal(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
+_KNOWN_SERVICES = (*ENDPOINT_SERVICE_NAMES, S3_GATEWAY)
+
+
+@dataclass(frozen=True)
+class NetworkReachability:
+    """What workloads in some subnets can reach: VPC endpoints by short name, and the internet.
+
+    :param endpoints: short names of the interface endpoints (keys of
+        :data:`~gpu_constructs.constants.DEFAULT_INTERFACE_ENDPOINTS`, e.g. ``autoscaling``) with private
+        DNS in the VPC, plus ``s3`` for an S3 gateway endpoint on the subnets' route tables.
+    :param internet: the subnets route to the internet (a NAT gateway, a NAT instance, a transit gateway
+        with egress, or an internet gateway): every public AWS endpoint and package repository is reachable.
+    :param source: how this was established, for error messages (default: "declared").
+    """
+
+    endpoints: frozenset[str] = frozenset()
+    internet: bool = False
+    source: str = "declared"
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.endpoints) - set(_KNOWN_SERVICES))
+        if unknown:
+            raise ValidationError(
+                "NetworkReachability",
+                f"endpoints={unknown} are not known endpoint names; allowed: {', '.join(_KNOWN_SERVICES)}",
+            )
+
+    @classmethod
+    def of(cls, *endpoints: str, internet: bool = False, source: str = "declared") -> NetworkReachability:
+        return cls(frozenset(endpoints), internet, source)
+
+    def reaches(self, service: str) -> bool:
+        """True when ``service`` (an endpoint short name or ``s3``) is reachable from these subnets."""
+        return self.internet or service in self.endpoints
+
+    def missing(self, services: Iterable[str]) -> list[str]:
+        return [s for s in services if not self.reaches(s)]
+
+    def describe(self) -> str:
+        parts = sorted(self.endpoints)
+        route = "a NAT/internet path" if self.internet else "no NAT or internet path"
+        return f"{self.source}: endpoints [{', '.join(parts)}], {route}"
+
+
+def _endpoint_short_name(service_name: str) -> str | None:
+    """The short name of an endpoint service (``...<region>.autoscaling`` -> ``autoscaling``).
+
+    The CDK renders a service name as ``<prefix>.<region>.<service><suffix token>`` (the token is empty in
+    the commercial partitions): the trailing token is dropped first."""
+    service_name = re.sub(r"\$\{Token\[[^\]]*\]\}$", "", service_name)
+    for short, suffix in ENDPOINT_SERVICE_NAMES.items():
+        if service_name.endswith(f".{suffix}"):
+            return short
+    return None
+
+
+def select_subnets(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.SelectedSubnets:
+    """``vpc.select_subnets`` with a ``SubnetSelection`` value (the Python binding takes keywords only)."""
+    return vpc.select_subnets(
+        availability_zones=selection.availability_zones,
+        one_per_az=selection.one_per_az,
+        subnet_filters=selection.subnet_filters,
+        subnet_group_name=selection.subnet_group_name,
+        subnets=selection.subnets,
+        subnet_type=selection.subnet_type,
+    )
+
+
+def infer_reachability(vpc: ec2.IVpc, subnets: ec2.SubnetSelection | None = None) -> NetworkReachability:
+    """Read the reachability of ``subnets`` of ``vpc`` from the construct tree (see the module docstring).
+
+    Interface endpoints count when they were added to the VPC construct (``vpc.add_interface_endpoint``,
+    as :class:`GpuNetwork` does, for a new or an imported VPC) with private DNS; the S3 gateway endpoint
+    counts when it was added there too. The internet counts when none of the selected subnets is
+    ``PRIVATE_ISOLATED`` (CDK's subnet types: ``PRIVATE_WITH_EGRESS`` routes through a NAT, ``PUBLIC``
+    through an internet gateway). Anything created outside this app is invisible: declare it.
+    """
+    endpoints: set[str] = set()
+    for child in vpc.node.children:
+        if isinstance(child, ec2.InterfaceVpcEndpoint):
+            cfn = child.node.default_child
+            if isinstance(cfn, ec2.CfnVPCEndpoint) and cfn.private_dns_enabled:
+                short = _endpoint_short_name(str(cfn.service_name))
+                if short is not None:
+                    endpoints.add(short)
+        elif isinstance(child, ec2.GatewayVpcEndpoint):
+            cfn = child.node.default_child
+            if isinstance(cfn, ec2.CfnVPCEndpoint) and str(cfn.service_name).endswith(".s3"):
+                endpoints.add(S3_GATEWAY)
+    selected = select_subnets(vpc, subnets) if subnets is not None else None
+    chosen = list(selected.subnets) if selected is not None else list(vpc.private_subnets + vpc.isolated_subnets)
+    isolated_ids = {s.subnet_id for s in vpc.isolated_subnets}
+    internet = bool(chosen) and not any(s.subnet_id in isolated_ids for s in chosen)
+    return NetworkReachability(frozenset(endpoints), internet, f"inferred from VPC {vpc.node.path}")
+
+
 class GpuNetwork(Construct):
     """A private VPC for GPU workloads.
 
@@ -78,6 +186,12 @@ class GpuNetwork(Construct):
         HTTPS egress only).
     :param fleet_security_group: an existing group for fleets and notebooks (default: a new group with
         HTTPS egress and all traffic between its members).
+    :param internet_access: for an adopted ``vpc``: whether its workload subnets route to the internet (NAT
+        or internet gateway). Default: read from the subnet types the VPC reports (not
+        ``PRIVATE_ISOLATED``). Ignored for a new VPC (``nat_gateways`` decides).
+    :param existing_endpoints: for an adopted ``vpc``: interface endpoints (short names, ``s3`` for the
+        gateway) that already exist there with private DNS, so :meth:`reachability` reports them (default:
+        none).
     :param workload_subnets: subnets per workload group, keyed by ``TRAINING_SUBNETS``,
         ``ENDPOINT_SUBNETS`` or ``FLEET_SUBNETS`` (default: the new VPC's subnet group of that name; for
         an adopted VPC whose subnets carry other names, give the selections here, e.g.
@@ -103,6 +217,8 @@ class GpuNetwork(Construct):
         endpoint_security_group: ec2.ISecurityGroup | None = None,
         fleet_security_group: ec2.ISecurityGroup | None = None,
         workload_subnets: Mapping[str, ec2.SubnetSelection] | None = None,
+        internet_access: bool | None = None,
+        existing_endpoints: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         endpoint_names = list(DEFAULT_INTERFACE_ENDPOINTS if interface_endpoints is None else interface_endpoints)
@@ -111,6 +227,10 @@ class GpuNetwork(Construct):
         self._validate_mask(subnet_cidr_mask)
         self._validate_workload_subnets(workload_subnets)
         self._workload_subnets = dict(workload_subnets or {})
+        self._validate_existing_endpoints(existing_endpoints)
+        self._internet_access = internet_access if vpc is not None else None
+        self._existing_endpoints = frozenset(existing_endpoints) if vpc is not None else frozenset()
+        self._nat_gateways = nat_gateways if vpc is None else 0
 
         self.flow_logs_key: kms.IKey | None = None
         self.flow_log_group: logs.ILogGroup | None = None
@@ -159,6 +279,7 @@ class GpuNetwork(Construct):
             self._skip_default_sg_provider_checks()
             self._add_flow_logs(new_vpc, flow_logs_key, flow_logs_retention, removal_policy)
             vpc = new_vpc
+        self._adopted = not isinstance(vpc, ec2.Vpc) or vpc.node.scope is not self
         self.vpc: ec2.IVpc = vpc
 
         self.s3_endpoint: ec2.GatewayVpcEndpoint | None = None
@@ -208,6 +329,11 @@ class GpuNetwork(Construct):
         unknown = [n for n in names if n not in DEFAULT_INTERFACE_ENDPOINTS]
         if unknown:
             raise fail(self, "interface_endpoints", unknown, ", ".join(DEFAULT_INTERFACE_ENDPOINTS))
+
+    def _validate_existing_endpoints(self, names: Sequence[str]) -> None:
+        unknown = [n for n in names if n not in _KNOWN_SERVICES]
+        if unknown:
+            raise fail(self, "existing_endpoints", unknown, ", ".join(_KNOWN_SERVICES))
 
     def _validate_nat(self, nat_gateways: int, azs: Sequence[str] | None) -> None:
         if is_token(nat_gateways):
@@ -303,6 +429,20 @@ class GpuNetwork(Construct):
             nag.acknowledge_compliance(default_policy, "IAMNoInlinePolicy", FLOW_LOG_POLICY_REASON)
         self.flow_logs_key = key
         self.flow_log_group = group
+
+    def reachability(self, group: str = FLEET_SUBNETS) -> NetworkReachability:
+        """What workloads in one subnet group reach: this network's endpoints, declared ones, and the
+        internet (a new VPC: ``nat_gateways > 0``; an adopted one: ``internet_access``, or the subnet types)."""
+        endpoints = set(self.interface_endpoints) | set(self._existing_endpoints)
+        if self.s3_endpoint is not None:
+            endpoints.add(S3_GATEWAY)
+        if self._internet_access is not None:
+            internet = self._internet_access
+        elif self._adopted:
+            internet = infer_reachability(self.vpc, self.subnets(group)).internet
+        else:
+            internet = self._nat_gateways > 0
+        return NetworkReachability(frozenset(endpoints), internet, f"GpuNetwork {self.node.path} ({group} subnets)")
 
     def subnets(self, group: str) -> ec2.SubnetSelection:
         """Subnet selection of one workload group (``TRAINING_SUBNETS``, ``ENDPOINT_SUBNETS``, ``FLEET_SUBNETS``)."""

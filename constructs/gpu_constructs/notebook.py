@@ -4,20 +4,47 @@ The seeds' case: someone picked a CPU notebook and wondered why there is no GPU.
 goes through the catalog: a type without an NVIDIA GPU (or one SageMaker notebooks do not offer) is an
 error that names fitting GPU notebook types. The notebook runs in the VPC with no direct internet access,
 an encrypted ML storage volume, root access off, IMDSv2 only and a least-privilege role, and its OnStart
-lifecycle script (``assets/notebook_on_start.sh``) checks the GPUs (nvidia-smi, then torch), runs
-``gpuctl doctor`` and optionally mounts FSx for Lustre. A failed check fails the start, with the reason in
-the ``/aws/sagemaker/NotebookInstances`` log group.
+lifecycle script (``assets/notebook_on_start.sh``) checks the GPUs (nvidia-smi, then torch) and optionally
+mounts FSx for Lustre; a failed check fails the start, with the reason in the
+``/aws/sagemaker/NotebookInstances`` log group. Then, as an optional step that never fails the start, it
+installs a package (``NotebookPackage``: the platform ships its own ``gpuctl`` wheel as a CDK S3 asset)
+into the PyTorch conda environment and runs ``gpuctl doctor``.
+
+AWS facts this relies on:
+
+- "Lifecycle configuration scripts cannot run for longer than 5 minutes. If a script runs for longer than
+  5 minutes, it fails and the notebook instance is not created or started", and "Each lifecycle
+  configuration script has a limit of 16384 characters" (SageMaker API Reference,
+  NotebookInstanceLifecycleHook, https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_NotebookInstanceLifecycleHook.html).
+  A failed start of a new notebook fails its CloudFormation create, which rolls the stack back: so only
+  the checks the user asked for may fail it, and the optional step runs in the background.
+- AWS's advice for long work: "Run tasks in parallel processes" and "Use the nohup command in your script
+  to make sure that hangup signals are ignored" (SageMaker Developer Guide, "Lifecycle configuration
+  timeout", https://docs.aws.amazon.com/sagemaker/latest/dg/studio-lifecycle-configurations-debug-timeout.html).
+- The notebook's Python is 3.10 on every platform: ``conda_pytorch_p310`` "comes with Python 3.10" on
+  ``notebook-al2-v1``/``-v2``/``-v3`` ("Amazon Linux 2 notebook instances",
+  https://docs.aws.amazon.com/sagemaker/latest/dg/nbi-al2.html), and ``conda_pytorch`` "comes with
+  Python 3.10" on ``notebook-al2023-v1`` ("AL2023 notebook instances",
+  https://docs.aws.amazon.com/sagemaker/latest/dg/nbi-al2023.html), the default platform: botocore
+  1.44.5, sagemaker CreateNotebookInstanceInput.PlatformIdentifier: "The default value is
+  ``notebook-al2023-v1``". A package must therefore install on Python 3.10 (the platform's wheel says
+  ``Requires-Python: >=3.10``; tests/unit/test_notebook_package.py checks it).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import jsii
 from aws_cdk import Duration, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
@@ -31,19 +58,65 @@ from gpu_constructs.fleet import (
     allow_lustre_clients,
     render_script,
 )
+from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 
-__all__ = ["LIFECYCLE_CONTENT_LIMIT", "NOTEBOOK_LOG_GROUP", "GpuNotebook"]
+__all__ = ["LIFECYCLE_CONTENT_LIMIT", "NOTEBOOK_LOG_GROUP", "NOTEBOOK_PYTHON", "GpuNotebook", "NotebookPackage"]
 
+#: Python of the notebooks' conda environments (conda_pytorch_p310, conda_pytorch) on every platform, AL2 and
+#: AL2023 (see the module docstring): a NotebookPackage must install and run on it.
+NOTEBOOK_PYTHON = "3.10"
 #: Where SageMaker writes notebook instance logs (lifecycle scripts: stream <name>/LifecycleConfigOnStart).
 NOTEBOOK_LOG_GROUP = "/aws/sagemaker/NotebookInstances"
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-_S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9!_.*'()/=+-]+\.whl$")
+_S3_KEY_RE = re.compile(r"^[A-Za-z0-9!_.*()/=+-]+$")
 _MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]+$")
 #: SageMaker limit of a lifecycle configuration's base64 content (NotebookInstanceLifecycleHook.Content).
 LIFECYCLE_CONTENT_LIMIT = 16384
 # SageMaker stops a lifecycle script after five minutes.
 _LIFECYCLE_LIMIT_SECONDS = 300
+#: The start script's own work (GPU check, Lustre mount, waiting for the optional step) ends by then.
+_START_BUDGET_SECONDS = _LIFECYCLE_LIMIT_SECONDS - 60
+
+
+@dataclass(frozen=True)
+class NotebookPackage:
+    """A wheel that the start script installs into the notebook's PyTorch conda environment.
+
+    The install is ``pip install --no-index --no-deps`` (the notebook may have no path to a package
+    index), so the wheel must bring everything the environment lacks, and it must accept the notebook's
+    Python (``NOTEBOOK_PYTHON``, 3.10). It is optional: a missing object or a failed install is logged
+    and skipped, never a failed start. Use a factory.
+    """
+
+    #: A wheel file on this machine (from_wheel_file), shipped as a CDK S3 asset.
+    wheel_file: Path | None = None
+    #: The bucket of a wheel already in S3 (from_bucket).
+    bucket: s3.IBucket | None = None
+    #: Its object key; the last part is the wheel's file name.
+    key: str | None = None
+    #: A KMS key the role may decrypt with to read the object (default: none).
+    encryption_key: kms.IKey | None = None
+
+    @staticmethod
+    def from_wheel_file(path: str | os.PathLike[str], *, encryption_key: kms.IKey | None = None) -> NotebookPackage:
+        """A wheel file on this machine, shipped with the stack as a CDK S3 asset (``cdk deploy`` uploads
+        it before the stack deploys). The notebook's role may read exactly that object.
+
+        :param encryption_key: the KMS key of the asset bucket, when it is a key whose policy does not
+            already allow use through S3 by the account's principals (default: none). The CDK bootstrap's
+            keys do: ``aws/s3`` (the CLI's default, ``AWS_MANAGED_KEY``) and the key of ``cdk bootstrap
+            --bootstrap-customer-key``, whose policy (aws-cdk ``bootstrap-template.yaml``,
+            ``FileAssetsBucketEncryptionKey``) allows ``kms:Decrypt`` to principal ``*`` under
+            ``kms:CallerAccount`` = the account and ``kms:ViaService`` = ``s3.<region>.amazonaws.com``.
+        """
+        return NotebookPackage(wheel_file=Path(path), encryption_key=encryption_key)
+
+    @staticmethod
+    def from_bucket(bucket: s3.IBucket, key: str) -> NotebookPackage:
+        """A wheel already in S3 (uploaded by you). The role may read exactly that object, and decrypt
+        with the bucket's KMS key when the bucket has one."""
+        return NotebookPackage(bucket=bucket, key=key, encryption_key=bucket.encryption_key)
 
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
@@ -61,9 +134,10 @@ class GpuNotebook(Construct):
     :param volume_size_gib: ML storage volume (default: 50 GiB; 5..16384).
     :param role: execution role (default: a new role with CloudWatch Logs for the notebook's streams
         only; data access comes from grants on ``grant_principal``).
-    :param gpuctl_package_uri: ``s3://`` URI of a wheel that provides ``gpuctl``; the start script installs
-        it into the PyTorch environment when gpuctl is missing (default: none, gpuctl must be present).
-        Grant the role read access to it.
+    :param package: a wheel (``NotebookPackage``) that provides ``gpuctl``; the start script installs it
+        into the PyTorch environment in the background when gpuctl is missing, then runs ``gpuctl doctor``;
+        neither can fail the start (default: none; doctor runs when gpuctl is already installed). The role
+        may read exactly that object.
     :param file_system: an FSx for Lustre file system to mount at start (default: none).
     :param open_lustre_ports: open Lustre traffic between it and the first security group (default: True);
         False when the file system's owner already admits the group (duplicate rules fail to deploy).
@@ -86,7 +160,7 @@ class GpuNotebook(Construct):
         gpu: bool = True,
         volume_size_gib: int = 50,
         role: iam.IRole | None = None,
-        gpuctl_package_uri: str | None = None,
+        package: NotebookPackage | None = None,
         file_system: LustreFileSystemLike | None = None,
         open_lustre_ports: bool = True,
         lustre_mount_path: str = "/home/ec2-user/SageMaker/fsx",
@@ -100,7 +174,7 @@ class GpuNotebook(Construct):
         self.instance: InstanceType = self._validate_instance_type(instance_type, gpu)
         self._validate_volume(volume_size_gib)
         self._validate_security_groups(security_groups)
-        self._validate_package_uri(gpuctl_package_uri)
+        self._validate_package(package)
         self._validate_lustre(file_system, lustre_mount_path, lustre_mount_attempts, lustre_retry_interval)
         stack = Stack.of(self)
         self.notebook_name = notebook_name
@@ -156,9 +230,11 @@ class GpuNotebook(Construct):
             "INSTANCE_TYPE": self.instance.sagemaker_name,
             "EXPECTED_GPUS": str(self.gpu_count),
             "AWS_REGION": stack.region,
+            "START_BUDGET_SECONDS": str(_START_BUDGET_SECONDS),
         }
-        if gpuctl_package_uri:
-            settings["GPUCTL_PACKAGE_URI"] = gpuctl_package_uri
+        self.package_asset: s3_assets.Asset | None = None
+        if package is not None:
+            settings["GPUCTL_PACKAGE_URI"], settings["GPUCTL_PACKAGE_FILE"] = self._bind_package(package, role)
         if file_system is not None:
             settings.update(
                 {
@@ -233,11 +309,41 @@ class GpuNotebook(Construct):
         if not groups or len(groups) > 5:
             raise fail(self, "security_groups", len(groups or []), "1 to 5 security groups")
 
-    def _validate_package_uri(self, uri: str | None) -> None:
-        if uri is None or is_token(uri):
+    def _validate_package(self, package: NotebookPackage | None) -> None:
+        if package is None:
             return
-        if not _S3_URI_RE.match(uri):
-            raise fail(self, "gpuctl_package_uri", uri, "an s3://bucket/key.whl URI of the gpuctl wheel")
+        if not isinstance(package, NotebookPackage) or (package.wheel_file is None) == (package.bucket is None):
+            raise fail(self, "package", package, "NotebookPackage.from_wheel_file(...) or .from_bucket(...)")
+        if package.wheel_file is not None:
+            if not WHEEL_NAME_RE.match(package.wheel_file.name):
+                raise fail(self, "package (wheel file)", str(package.wheel_file), WHEEL_NAME_ALLOWED)
+            if not package.wheel_file.is_file():
+                raise fail(self, "package (wheel file)", str(package.wheel_file), "an existing file")
+            return
+        key = package.key
+        if not isinstance(key, str) or is_token(key):
+            raise fail(self, "package (bucket key)", key, "a literal S3 key (its file name is the wheel's)")
+        if key.startswith("/") or ".." in key or not _S3_KEY_RE.match(key):
+            raise fail(self, "package (bucket key)", key, "a relative S3 key such as 'tools/<wheel file>'")
+        if not WHEEL_NAME_RE.match(key.rsplit("/", 1)[-1]):
+            raise fail(self, "package (bucket key)", key, f"a key whose last part is {WHEEL_NAME_ALLOWED}")
+
+    def _bind_package(self, package: NotebookPackage, role: iam.IRole) -> tuple[str, str]:
+        """The package's ``s3://`` URI and local file name; the role may read exactly that object."""
+        if package.wheel_file is not None:
+            asset = s3_assets.Asset(self, "Package", path=str(package.wheel_file))
+            self.package_asset = asset
+            bucket, key, uri = asset.bucket, asset.s3_object_key, asset.s3_object_url
+            name = package.wheel_file.name
+        else:
+            assert package.bucket is not None and package.key is not None
+            bucket, key = package.bucket, package.key
+            uri, name = f"s3://{bucket.bucket_name}/{key}", key.rsplit("/", 1)[-1]
+        # s3:GetObject on the one object: all `aws s3 cp` needs (HeadObject is authorized by GetObject).
+        iam.Grant.add_to_principal(grantee=role, actions=["s3:GetObject"], resource_arns=[bucket.arn_for_objects(key)])
+        if package.encryption_key is not None:
+            package.encryption_key.grant_decrypt(role)
+        return uri, name
 
     def _validate_lustre(
         self, file_system: LustreFileSystemLike | None, path: str, attempts: int, interval: Duration
@@ -251,12 +357,12 @@ class GpuNotebook(Construct):
         require_range(self, "lustre_mount_attempts", attempts, minimum=1)
         require_range(self, "lustre_retry_interval (seconds)", interval.to_seconds(), minimum=0)
         budget = attempts * interval.to_seconds()
-        if budget > _LIFECYCLE_LIMIT_SECONDS - 60:
+        if budget > _START_BUDGET_SECONDS:
             raise fail(
                 self,
                 "lustre_mount_attempts x lustre_retry_interval (seconds)",
                 budget,
-                f"at most {_LIFECYCLE_LIMIT_SECONDS - 60} (SageMaker stops lifecycle scripts after 5 minutes)",
+                f"at most {_START_BUDGET_SECONDS} (SageMaker stops lifecycle scripts after 5 minutes)",
             )
 
     def _validate_script_size(self, script: str) -> None:

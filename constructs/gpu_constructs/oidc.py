@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.oidc_facts import PRESETS, IssuerPreset, provider_arn, provider_name
 
 Issuer = Literal["github", "gitlab", "custom"]
 Mode = Literal["deploy", "diff"]
@@ -26,34 +26,6 @@ Mode = Literal["deploy", "diff"]
 #: The CDK bootstrap roles (``cdk bootstrap``'s default template) a deploy needs.
 CDK_BOOTSTRAP_ROLES: tuple[str, ...] = ("deploy", "file-publishing", "image-publishing", "lookup")
 DEFAULT_CDK_QUALIFIER = "hnb659fds"
-
-
-@dataclass(frozen=True)
-class IssuerPreset:
-    url: str
-    audience: str
-    subject_pattern: re.Pattern[str]
-    subject_help: str
-
-
-PRESETS: dict[str, IssuerPreset] = {
-    "github": IssuerPreset(
-        url="https://token.actions.githubusercontent.com",
-        audience="sts.amazonaws.com",
-        subject_pattern=re.compile(
-            r"repo:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+:(ref:refs/heads/[A-Za-z0-9_./-]+|environment:[A-Za-z0-9_. -]+)"
-        ),
-        subject_help="'repo:OWNER/REPO:ref:refs/heads/BRANCH' or 'repo:OWNER/REPO:environment:NAME'",
-    ),
-    "gitlab": IssuerPreset(
-        url="https://gitlab.com",
-        audience="https://gitlab.com",
-        subject_pattern=re.compile(
-            r"project_path:[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+:ref_type:(branch|tag):ref:[A-Za-z0-9_./-]+"
-        ),
-        subject_help="'project_path:GROUP/PROJECT:ref_type:branch:ref:BRANCH'",
-    ),
-}
 
 
 class GitOpsDeployRole(Construct):
@@ -66,8 +38,12 @@ class GitOpsDeployRole(Construct):
         are required).
     :param issuer_url: the issuer's https URL (default: the preset's).
     :param audience: the ``aud`` claim to require (default: the preset's, ``sts.amazonaws.com`` for GitHub).
-    :param provider: an existing IAM OIDC provider for the issuer (default: a new one; an account holds one
-        provider per issuer URL, so pass the existing one when it exists).
+    :param provider: the IAM OIDC provider of the issuer (default: a new ``AWS::IAM::OIDCProvider``). An account
+        holds one provider per issuer URL (a second create fails with ``EntityAlreadyExists``), so create it in
+        one stack per account and pass :func:`existing_oidc_provider` (or the creating role's ``provider``)
+        everywhere else. :attr:`provider_created` says which this role did. A created provider is kept when
+        it leaves the stack or the stack is deleted (``RetainExceptOnCreate``), because other stacks' roles
+        trust it; delete it by hand once no role does.
     :param cdk_qualifier: the bootstrap qualifier (default: ``hnb659fds``, the CDK default).
     :param target_regions: regions whose bootstrap roles may be assumed (default: the stack's region).
     :param max_session_duration: default: 1 hour.
@@ -103,10 +79,19 @@ class GitOpsDeployRole(Construct):
         stack = Stack.of(self)
         regions = list(target_regions) if target_regions else [stack.region]
 
+        #: True when this role created the account's provider for ``issuer_url`` (no ``provider`` was passed).
+        self.provider_created = provider is None
         if provider is None:
-            provider = iam.OidcProviderNative(self, "Provider", url=url, client_ids=[aud])
+            created = iam.OidcProviderNative(self, "Provider", url=url, client_ids=[aud])
+            # The provider is the account's, shared by every role that trusts the issuer: removing it from this
+            # stack (an environment switching to an existing provider) or deleting the stack must not delete it
+            # under the other stacks' roles. RetainExceptOnCreate still lets a failed first create roll it back,
+            # so a retry does not fail with EntityAlreadyExists.
+            created.apply_removal_policy(RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE)
+            provider = created
         self.provider: iam.IOidcProvider = provider
-        host = url.removeprefix("https://")
+        self.issuer_url = url
+        host = provider_name(url)
         self.role = iam.Role(
             self,
             "Resource",
@@ -188,3 +173,18 @@ class GitOpsDeployRole(Construct):
     def _validate_qualifier(self, qualifier: str) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,10}", qualifier):
             raise fail(self, "cdk_qualifier", qualifier, "1-10 letters, digits, '_' or '-' (cdk bootstrap --qualifier)")
+
+
+def existing_oidc_provider(scope: Construct, construct_id: str, *, issuer_url: str) -> iam.IOidcProvider:
+    """The IAM OIDC provider of ``issuer_url`` that the stack's account already has, referenced by its ARN.
+
+    IAM names a provider after its URL, so the ARN is known without a lookup:
+    ``arn:<partition>:iam::<account>:oidc-provider/<issuer host and path>`` (the stack's partition and
+    account; tokens when the stack is environment-agnostic). Nothing is created or looked up, so the stack
+    that creates the provider must be deployed to the account first: until then no token can assume the role.
+    """
+    if not is_token(issuer_url) and not re.fullmatch(r"https://[^\s*?]+", issuer_url):
+        raise fail(scope, "issuer_url", issuer_url, "an https:// URL without wildcards")
+    stack = Stack.of(scope)
+    arn = provider_arn(stack.partition, stack.account, issuer_url)
+    return iam.OidcProviderNative.from_oidc_provider_arn(scope, construct_id, arn)

@@ -41,30 +41,29 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import jsii
 from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Size, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct, IConstruct, IValidation
 
 from gpu_constructs import nag
-from gpu_constructs.catalog import instance_types, lookup, require_nvidia_gpu
+from gpu_constructs.catalog import instance_types, lookup, processes_per_host_limit, require_nvidia_gpu
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs
 from gpu_constructs.nag import as_list as _as_list
+from gpu_constructs.removal import for_named_resource
 from gpu_constructs.storage import PlatformStorage
+from gpu_constructs.topics import alarm_action, notification_topic, rule_target
 from gpu_constructs.training_spec import (
     DATA_VERSION_PLACEHOLDER,
     HP_NUM_WORKERS,
     HP_PROCESSES_PER_HOST,
+    PROCESSES_PER_HOST_PATTERN,
     Channel,
     FsxChannel,
     S3Channel,
@@ -72,6 +71,7 @@ from gpu_constructs.training_spec import (
     ShardingJobSpec,
     ShardSplit,
     TrainingJobSpec,
+    hyperparameter_limits,
 )
 
 __all__ = [
@@ -369,7 +369,7 @@ class TrainingPipeline(Construct):
             log_group_name=f"/aws/vendedlogs/states/{job_name_prefix}",
             encryption_key=encryption_key,
             retention=log_retention,
-            removal_policy=removal_policy,
+            removal_policy=for_named_resource(removal_policy),
         )
         timeout_s = (self.spec.effective_max_wait_s or self.spec.max_runtime_s) + 3600
         if self.sharding_spec is not None:
@@ -386,15 +386,14 @@ class TrainingPipeline(Construct):
         self._grant_state_machine(stack)
 
         # -- notifications, dashboard, alarms -----------------------------------------------------------
-        self.topic = sns.Topic(
+        # Alarm actions and the rule targets below admit CloudWatch and EventBridge on the topic and key.
+        self.topic = notification_topic(
             self,
             "Notifications",
             display_name=f"GPU training {job_name_prefix}",
             master_key=encryption_key,
-            enforce_ssl=True,
+            emails=notification_emails,
         )
-        for address in notification_emails:
-            self.topic.add_subscription(subscriptions.EmailSubscription(address))
         self.failure_rule = events.Rule(
             self,
             "JobFailedRule",
@@ -409,7 +408,7 @@ class TrainingPipeline(Construct):
             ),
         )
         self.failure_rule.add_target(
-            targets.SnsTopic(
+            rule_target(
                 self.topic,
                 message=events.RuleTargetInput.from_text(
                     f"Training job {events.EventField.from_path('$.detail.TrainingJobName')} failed: "
@@ -431,7 +430,7 @@ class TrainingPipeline(Construct):
             ),
         )
         self.execution_failed_rule.add_target(
-            targets.SnsTopic(
+            rule_target(
                 self.topic,
                 message=events.RuleTargetInput.from_text(
                     f"Training pipeline execution {events.EventField.from_path('$.detail.name')} ended "
@@ -832,16 +831,8 @@ class TrainingPipeline(Construct):
 
     def _allow_services_on_key(self, key: kms.IKey, stack: Stack) -> None:
         allow_cloudwatch_logs(key, stack, sid="AllowCloudWatchLogsForThisAccount")
-        # CloudWatch alarms publish to the encrypted topic (the SNS target of the EventBridge rules adds the
-        # same statement for events.amazonaws.com itself).
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchAlarmsToPublishEncrypted",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],
-            )
-        )
+        # The publishers of the encrypted topic (CloudWatch alarms, EventBridge rules) are admitted on this key
+        # by gpu_constructs.topics where the topic is bound (alarm_action, rule_target).
 
     # -- the state machine ------------------------------------------------------------------------------
 
@@ -930,21 +921,24 @@ class TrainingPipeline(Construct):
             "ValidateInstanceType",
             comment="NVIDIA GPU training types from the GPU catalog, grouped by their derived distribution",
         )
-        merge_hp = sfn.Pass(
+        limits = {name: processes_per_host_limit(name) for name in self.allowed_instance_types}
+        merge_hp = sfn.Pass.jsonata(
             self,
             "MergeHyperparameters",
-            comment="base hyperparameters <- derived distribution <- execution input",
-            parameters={
-                "hyperparameters": sfn.JsonPath.json_merge(
-                    sfn.JsonPath.json_merge(
-                        sfn.JsonPath.object_at("$.derived"),
-                        sfn.JsonPath.object_at("$.static.base_hyperparameters"),
-                    ),
-                    sfn.JsonPath.object_at("$.args.hyperparameters"),
-                )
-            },
-            result_path="$.run",
+            comment="derived distribution <- base hyperparameters <- execution input, every value a string "
+            "(numbers and booleans converted), checked against SageMaker's limits and the GPUs of the type",
+            outputs="{% " + hyperparameter_expression(limits) + " %}",
         )
+        bad_hp = sfn.Fail.jsonata(
+            self,
+            "InvalidHyperparameters",
+            error="InvalidInput",
+            cause="{% 'The execution input is not valid: ' & $join($states.input.run.problems, '; ') %}",
+        )
+        check_hp = sfn.Choice.jsonata(
+            self, "ValidateHyperparameters", comment="Fail with every problem before SageMaker is called"
+        )
+        check_hp.when(sfn.Condition.jsonata("{% $count($states.input.run.problems) > 0 %}"), bad_hp)
         groups: dict[tuple[str, str], list[str]] = {}
         for name in self.allowed_instance_types:
             derived = spec.distribution_for(name)
@@ -1082,9 +1076,9 @@ class TrainingPipeline(Construct):
             prepare_state.next(train)
             choice = sfn.Choice(self, "PrepareData?")
             choice.when(sfn.Condition.boolean_equals("$.args.prepare", True), prepare_state).otherwise(train)
-            merge_hp.next(choice)
+            merge_hp.next(check_hp.otherwise(choice))
         else:
-            merge_hp.next(train)
+            merge_hp.next(check_hp.otherwise(train))
 
         return init.next(apply_defaults).next(merge_input).next(unpack).next(check_name)
 
@@ -1198,7 +1192,7 @@ class TrainingPipeline(Construct):
             period=t.period,
             label="input-bound (1 = GPU starved while CPU or disk is busy)",
         )
-        action = cw_actions.SnsAction(self.topic)
+        action = alarm_action(self.topic)
         alarm = input_bound.create_alarm(
             self,
             "InputBoundAlarm",
@@ -1307,6 +1301,59 @@ class TrainingPipeline(Construct):
             ),
         )
         return dashboard
+
+
+def hyperparameter_expression(max_processes: Mapping[str, int]) -> str:
+    """The JSONata expression of the ``MergeHyperparameters`` state (without the ``{% %}`` delimiters).
+
+    CreateTrainingJob takes only strings in ``HyperParameters`` (botocore: map of ``HyperParameterKey`` to
+    ``HyperParameterValue``, both strings), so an execution input such as ``{"hyperparameters": {"epochs": 30}}``
+    would fail at SageMaker. The expression merges the derived distribution, the base hyperparameters and the
+    execution's, converts numbers and booleans to strings (``30`` -> ``"30"``, ``true`` -> ``"true"``) and lists
+    the problems the ``ValidateHyperparameters`` choice fails on, each naming the key, the value and what is
+    allowed: a value that is an object, a list or null; more entries or longer keys and values than botocore's
+    model allows; and ``processes_per_host`` outside 0 or 1..GPUs of the chosen type (``max_processes``: the
+    catalog's :func:`~gpu_constructs.catalog.processes_per_host_limit` per allowed type, the pattern
+    :data:`~gpu_constructs.training_spec.PROCESSES_PER_HOST_PATTERN`: the rule the spec, the config and
+    ``gpuctl`` apply with :func:`~gpu_constructs.training_spec.check_processes_per_host`).
+
+    The state's output is its input with ``run.hyperparameters`` (strings) and ``run.problems`` (a list) set.
+    """
+    count, key_max, value_max = hyperparameter_limits()
+    pph = HP_PROCESSES_PER_HOST
+    limits = json.dumps(dict(sorted(max_processes.items())), separators=(",", ":"))
+    return " ".join(
+        f"""(
+  $in := $states.input;
+  $given := $in.args.hyperparameters;
+  $isObject := $type($given) = 'object';
+  $input := $isObject ? $given : {{}};
+  $text := function($v) {{ $type($v) = 'string' ? $v : $string($v) }};
+  $merged := $merge([$in.derived, $in.static.base_hyperparameters, $input]);
+  $values := $merge($append([{{}}], $each($merged, function($v, $k) {{ {{$k: $text($v)}} }})));
+  $type_problems := $each($input, function($v, $k) {{
+    $type($v) in ['object', 'array', 'null']
+      ? 'hyperparameters.' & $k & '=' & $string($v) & ' is not allowed; allowed: a string, a number or true/false'
+        & ' (SageMaker takes strings; numbers and booleans are converted)'
+  }});
+  $size_problems := $each($values, function($v, $k) {{
+    $length($k) > {key_max} or $length($v) > {value_max}
+      ? 'hyperparameters.' & $substring($k, 0, 40) & ': a ' & $length($k) & '-character name and a '
+        & $length($v) & '-character value; allowed: names up to {key_max} and values up to {value_max} characters'
+  }});
+  $n := $count($keys($values));
+  $count_problem := $n > {count} ? ($n & ' hyperparameters; allowed: at most {count}');
+  $limit := $lookup({limits}, $in.args.instance_type);
+  $procs := $lookup($values, '{pph}');
+  $procs_ok := $contains($procs, /{PROCESSES_PER_HOST_PATTERN}/) and $number($procs) <= $limit;
+  $procs_problem := $not($procs_ok) ? 'hyperparameters.{pph}=' & $procs & ' is not allowed on '
+    & $in.args.instance_type & '; allowed: 0 (one process per GPU) or 1..' & $limit;
+  $problems := $append($append($append($append(
+    $isObject ? [] : ['hyperparameters=' & $string($given) & ' is not allowed; allowed: an object of name: value'],
+    $type_problems), $size_problems), $count_problem), $procs_problem);
+  $merge([$in, {{'run': {{'hyperparameters': $values, 'problems': $problems}}}}])
+)""".split()
+    )
 
 
 def _selection_kwargs(selection: ec2.SubnetSelection | None) -> dict[str, Any]:

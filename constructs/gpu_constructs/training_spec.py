@@ -45,6 +45,7 @@ from gpu_constructs.catalog import (
     default_dataloader_workers,
     default_processes_per_host,
     lookup,
+    processes_per_host_limit,
     require_nvidia_gpu,
 )
 from gpu_constructs.errors import ValidationError
@@ -55,6 +56,9 @@ __all__ = [
     "HP_NUM_WORKERS",
     "HP_PROCESSES_PER_HOST",
     "JOB_NAME_PATTERN",
+    "MAX_RUNTIME_LIMIT_S",
+    "MAX_WAIT_LIMIT_S",
+    "PROCESSES_PER_HOST_PATTERN",
     "Dynamic",
     "FsxChannel",
     "S3Channel",
@@ -63,6 +67,8 @@ __all__ = [
     "ShardingJobSpec",
     "TrainingJobSpec",
     "channel_from_dict",
+    "check_processes_per_host",
+    "hyperparameter_limits",
     "service_model_problems",
     "states_format",
     "validate_job_name",
@@ -85,8 +91,17 @@ INPUT_MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 FSX_ACCESS_MODES = ("ro", "rw")
 COMPRESSIONS = ("None", "Gzip")
-#: SageMaker limits (CreateTrainingJob API reference): 28 days of runtime.
+#: SageMaker's limit on ``StoppingCondition.MaxRuntimeInSeconds``: 28 days = 2,419,200 s (botocore 1.44.5, sagemaker,
+#: StoppingCondition.MaxRuntimeInSeconds: "The default value is 1 day. The maximum value is 28 days."; the shape
+#: itself declares only ``min: 1``, so botocore's validator does not catch it). The config (hours) imports it.
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600
+#: The ceiling the platform applies to ``MaxWaitTimeInSeconds`` (spot wait plus runtime): the same 28 days. botocore
+#: 1.44.5 declares no maximum for it (``min: 1``); its sibling ``MaxPendingTimeInSeconds`` has ``max: 2419200``.
+MAX_WAIT_LIMIT_S = MAX_RUNTIME_LIMIT_S
+#: A ``processes_per_host`` hyperparameter: a plain integer without sign or leading zeros, where 0 lets the training
+#: runtime start one process per GPU. The training state machine's input check uses the same pattern (JSONata).
+PROCESSES_PER_HOST_PATTERN = r"^(0|[1-9][0-9]*)$"
+_PROCESSES_RE = re.compile(PROCESSES_PER_HOST_PATTERN)
 _S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
 _CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 _FSX_ID_RE = re.compile(r"^fs-[0-9a-f]{8,}$")
@@ -340,6 +355,49 @@ def validate_job_name(name: str, *, where: str = _WHERE, param: str = "job_name"
             "(the platform's roles may only create jobs with that prefix)",
         )
     return name
+
+
+def check_processes_per_host(
+    instance_type: str, value: int | str | None, *, where: str = _WHERE, param: str = HP_PROCESSES_PER_HOST
+) -> int | None:
+    """The one rule for processes per host, whichever way it is given; returns the number (``None``: the default).
+
+    * the typed field (an ``int``): 1..GPUs of the type (:func:`~gpu_constructs.catalog.check_gpu_count`);
+    * a hyperparameter (a ``str``: the spec's, the construct's, ``gpuctl train -p``, the config): an integer
+      matching :data:`PROCESSES_PER_HOST_PATTERN`, 0 (the runtime starts one process per GPU) or 1..GPUs.
+
+    The training state machine checks execution input against the same pattern and the same per-type limit
+    (:func:`~gpu_constructs.catalog.processes_per_host_limit`). Raises :class:`ValidationError` naming the value,
+    the type and what is allowed.
+    """
+    if value is None or _is_token(value):
+        return None
+    if isinstance(value, str):
+        if not _PROCESSES_RE.match(value):
+            limit = processes_per_host_limit(lookup(instance_type, where=where))
+            raise ValidationError(
+                where,
+                f"{param}={value!r} is not an integer; allowed: 0 (one process per GPU) or 1..{limit} "
+                f"on {instance_type}",
+            )
+        number = int(value)
+        if number == 0:
+            return None
+        check_gpu_count(instance_type, number, where=where, param=param)
+        return number
+    check_gpu_count(instance_type, value, where=where, param=param)
+    return value
+
+
+@functools.cache
+def hyperparameter_limits() -> tuple[int, int, int]:
+    """(most entries, longest key, longest value) of ``CreateTrainingJob.HyperParameters`` per botocore's model.
+
+    botocore 1.44.5, sagemaker: ``HyperParameters`` map ``max: 100``, ``HyperParameterKey`` ``max: 256``,
+    ``HyperParameterValue`` ``max: 2500`` (the member's prose still says 256 per value; the shape wins).
+    """
+    shape = _sagemaker_model().shape_for("HyperParameters")
+    return int(shape.metadata["max"]), int(shape.key.metadata["max"]), int(shape.value.metadata["max"])
 
 
 def _s3_problem(name: str, uri: Any) -> str | None:
@@ -619,7 +677,11 @@ class TrainingJobSpec:
     def effective_max_wait_s(self) -> int | None:
         if not self.spot:
             return self.max_wait_s
-        return self.max_wait_s if self.max_wait_s is not None else 2 * self.max_runtime_s
+        if self.max_wait_s is not None:
+            return self.max_wait_s
+        if not isinstance(self.max_runtime_s, int):
+            return self.max_runtime_s
+        return min(2 * self.max_runtime_s, MAX_WAIT_LIMIT_S)
 
     @property
     def is_multi_host(self) -> bool:
@@ -636,7 +698,11 @@ class TrainingJobSpec:
         ``floor(vCPUs / processes) - reserve`` workers (see the catalog).
         """
         it = lookup(instance_type, where=_WHERE, param="instance_type")
-        procs = self.processes_per_host if self.processes_per_host is not None else default_processes_per_host(it)
+        procs = self.processes_per_host
+        if procs is None:
+            procs = _valid_processes(it.sagemaker_name, self.hyperparameters.get(HP_PROCESSES_PER_HOST))
+        if procs is None:
+            procs = default_processes_per_host(it)
         workers = (
             self.dataloader_workers
             if self.dataloader_workers is not None
@@ -686,7 +752,12 @@ class TrainingJobSpec:
                 it = lookup(instance_type, where=_WHERE)
                 if not it.valid_for("training") or not instance_type.startswith("ml."):
                     return [f"instance_type={instance_type!r} is not a SageMaker training type"]
-            check_gpu_count(instance_type, self.processes_per_host, where=_WHERE)
+            check_processes_per_host(instance_type, self.processes_per_host)
+            check_processes_per_host(
+                instance_type,
+                self.hyperparameters.get(HP_PROCESSES_PER_HOST),
+                param=f"hyperparameters[{HP_PROCESSES_PER_HOST!r}]",
+            )
             if self.cuda_version:
                 check_cuda_supports(instance_type, self.cuda_version, where=_WHERE)
             self.distribution_for(instance_type)
@@ -703,6 +774,12 @@ class TrainingJobSpec:
 
     def _check_counts(self) -> list[str]:
         out = []
+        given = self.hyperparameters.get(HP_PROCESSES_PER_HOST)
+        if self.processes_per_host is not None and given is not None and given != str(self.processes_per_host):
+            out.append(
+                f"processes_per_host={self.processes_per_host!r} and hyperparameters[{HP_PROCESSES_PER_HOST!r}]="
+                f"{given!r} disagree; allowed: one of them, or the same value in both"
+            )
         if not _is_token(self.instance_count) and (
             isinstance(self.instance_count, bool) or not isinstance(self.instance_count, int) or self.instance_count < 1
         ):
@@ -746,7 +823,10 @@ class TrainingJobSpec:
         out = []
         runtime, wait = self.max_runtime_s, self.effective_max_wait_s
         if not isinstance(runtime, int) or not 1 <= runtime <= MAX_RUNTIME_LIMIT_S:
-            out.append(f"max_runtime_s={runtime!r} is not allowed; allowed: 1..{MAX_RUNTIME_LIMIT_S} (28 days)")
+            out.append(
+                f"max_runtime_s={runtime!r} is not allowed; allowed: 1..{MAX_RUNTIME_LIMIT_S} "
+                "(SageMaker MaxRuntimeInSeconds limit, 28 days)"
+            )
         if wait is not None and not self.spot:
             out.append(
                 f"max_wait_s={wait!r} is not allowed without spot; allowed: set spot=True, or leave max_wait_s unset"
@@ -757,8 +837,11 @@ class TrainingJobSpec:
                     f"max_wait_s={wait} is less than max_runtime_s={runtime}; allowed: max_wait_s >= max_runtime_s "
                     "(MaxWait counts the spot wait plus the runtime)"
                 )
-            if wait is not None and wait > MAX_RUNTIME_LIMIT_S:
-                out.append(f"max_wait_s={wait} is not allowed; allowed: up to {MAX_RUNTIME_LIMIT_S} (28 days)")
+            if wait is not None and wait > MAX_WAIT_LIMIT_S:
+                out.append(
+                    f"max_wait_s={wait} is not allowed; allowed: up to {MAX_WAIT_LIMIT_S} "
+                    "(SageMaker MaxWaitTimeInSeconds limit, 28 days)"
+                )
             if not self.checkpoint_s3_uri:
                 out.append(
                     "spot=True requires checkpoint_s3_uri: an interrupted spot job resumes from its checkpoints; "
@@ -887,6 +970,7 @@ class TrainingJobSpec:
             validate_job_name(job_name, where=where, prefix=self.job_name_prefix)
         except ValidationError as exc:
             problems.append(exc.detail)
+        problems += self.override_problems(it, hyperparameter_overrides)
         _raise(where, problems)
         request = self._render(
             job_name=job_name,
@@ -896,6 +980,30 @@ class TrainingJobSpec:
         )
         _raise(where, [f"botocore: {p}" for p in service_model_problems("CreateTrainingJob", request)])
         return request
+
+    def override_problems(self, instance_type: str, overrides: Mapping[str, Any] | None) -> list[str]:
+        """Problems of hyperparameter overrides (``gpuctl train -p``) on ``instance_type``: the same
+        processes-per-host rule as the spec's own hyperparameters, and SageMaker's limits on keys and values."""
+        out: list[str] = []
+        if not overrides or _is_token(instance_type):
+            return out
+        count, key_max, value_max = hyperparameter_limits()
+        for key, value in overrides.items():
+            text = _hp_string(value)
+            if len(str(key)) > key_max or len(text) > value_max:
+                out.append(
+                    f"hyperparameter {str(key)[:40]!r}: {len(str(key))}-character name, {len(text)}-character value; "
+                    f"allowed: names up to {key_max} and values up to {value_max} characters (CreateTrainingJob)"
+                )
+            if key == HP_PROCESSES_PER_HOST:
+                try:
+                    check_processes_per_host(instance_type, text, param=f"hyperparameter {HP_PROCESSES_PER_HOST}")
+                except ValidationError as exc:
+                    out.append(exc.detail)
+        merged = self.hyperparameters_for(instance_type, overrides) if not out else {}
+        if len(merged) > count:
+            out.append(f"{len(merged)} hyperparameters; allowed: at most {count} (CreateTrainingJob)")
+        return out
 
     def sample_job_name(self) -> str:
         return f"{self.job_name_prefix or 'train'}-20250101-000000"
@@ -962,6 +1070,14 @@ class TrainingJobSpec:
 
 def _channel_template(channel: Channel) -> str:
     return channel.s3_uri if isinstance(channel, S3Channel) else channel.directory_path
+
+
+def _valid_processes(instance_type: str, value: Any) -> int | None:
+    """The processes-per-host hyperparameter as a number when it is valid for the type (else ``None``)."""
+    try:
+        return check_processes_per_host(instance_type, value) if isinstance(value, str) else None
+    except ValidationError:
+        return None
 
 
 def _hp_string(value: Any) -> str:

@@ -41,7 +41,7 @@ def _elapsed(job: dict[str, Any]) -> float | None:
         return None
     end = job.get("TrainingEndTime")
     if not isinstance(end, _dt.datetime):
-        end = _dt.datetime.now(start.tzinfo or _dt.UTC)
+        end = _dt.datetime.now(start.tzinfo or _dt.timezone.utc)
     return max(0.0, (end - start).total_seconds())
 
 

@@ -66,18 +66,28 @@ def config_dirs() -> list[Path]:
 
 
 def read_env_config(env: str) -> dict[str, Any]:
-    """``resource_prefix`` and ``region`` of ``config/<env>.yaml`` (plain YAML; the CDK is not loaded)."""
-    import yaml
+    """``resource_prefix`` and ``region`` of ``config/<env>.yaml``, read by the app's own typed loader.
 
+    The same validation as ``cdk synth`` applies, so a file the app would refuse is refused here with the same
+    message (file, key, value and what is allowed).
+    """
     if not re.fullmatch(r"[a-z][a-z0-9-]*", env):
         raise UsageError(f"--env {env!r} is not an environment name; allowed: e.g. dev, prod")
     for directory in config_dirs():
         path = directory / f"{env}.yaml"
         if path.is_file():
-            data = yaml.safe_load(path.read_text()) or {}
-            if not isinstance(data, dict):
-                raise UsageError(f"{path}: not a mapping of keys to values")
-            return {"path": path, "resource_prefix": data.get("resource_prefix", "gpu"), "region": data.get("region")}
+            try:
+                from stacks.config import ConfigError, parse_config
+            except ModuleNotFoundError as exc:  # a gpuctl installed without the platform's config package
+                raise UsageError(
+                    f"--env {env!r} needs the platform's config loader ({exc.name}), which is not installed here; "
+                    "run gpuctl from the repository's virtual environment (make setup), or pass --stack and --region"
+                ) from None
+            try:
+                config = parse_config(path.read_text(), path, env)
+            except ConfigError as exc:
+                raise UsageError(f"configuration error: {exc}") from None
+            return {"path": path, "resource_prefix": config.resource_prefix, "region": config.region}
     searched = ", ".join(str(d) for d in config_dirs())
     raise UsageError(f"--env {env!r}: no {env}.yaml in {searched}; pass --stack and --region instead")
 
@@ -237,7 +247,7 @@ def check_runtime_hyperparameters(values: Mapping[str, str]) -> None:
 
 
 def default_job_name(prefix: str | None, now: _dt.datetime | None = None) -> str:
-    stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
     return f"{prefix or 'train'}-{stamp}"
 
 

@@ -19,21 +19,21 @@ from stacks.summary import validation_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = ("dev", "prod")
-PACKS = ("AwsSolutions", "HIPAA.Security", "NIST.800.53.R5", "PCI.DSS.321")
+PACKS = ("AwsSolutions", "HIPAA.Security", "NIST.800.53.R5", "PCI.DSS.321", "GpuPlatform")
 FINDING_ID = re.compile(r"(?P<pack>[A-Za-z0-9.]+)::(?P<pack2>[A-Za-z0-9.]+)-[A-Za-z0-9]+(\[[^\[\],]+\])?")
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_all_four_nag_packs_registered_and_clean(synth, env: str) -> None:
+def test_all_nag_packs_registered_and_clean(synth, env: str) -> None:
     result = synth(env)
     report = json.loads((result.outdir / "policy-validation-report.json").read_text())
     assert report["title"] == "Validation Report"
     assert validation_violations(result.outdir) == []
-    # The packs really ran: the app carries all four plugins.
+    # The packs really ran: the app carries the four standard plugins and the platform's own.
     from stacks.app_builder import NAG_PACKS
 
     assert {p.__name__ for p in NAG_PACKS} == {
-        "AwsSolutionsChecks", "HIPAASecurityChecks", "NIST80053R5Checks", "PCIDSS321Checks"
+        "AwsSolutionsChecks", "HIPAASecurityChecks", "NIST80053R5Checks", "PCIDSS321Checks", "GpuPlatformChecks"
     }  # fmt: skip
 
 

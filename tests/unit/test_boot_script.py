@@ -37,6 +37,7 @@ FAKES: dict[str, str] = {
     + """case "$*" in
   *api/token*) [ "${FAKE_IMDS_FAIL:-0}" = 1 ] && exit 7; printf 'TOKEN' ;;
   *meta-data/instance-id*) printf '%s' "$FAKE_INSTANCE_ID" ;;
+  *fsx-ubuntu-public-key.asc*) [ "${FAKE_NO_INTERNET:-0}" = 1 ] && exit 28; printf 'ARMORED KEY' ;;
   *) exit 22 ;;
 esac
 """,
@@ -78,7 +79,31 @@ fi
 done
 [ -n "${FAKE_DNF_PROVIDES:-}" ] || { echo "No match for argument" >&2; exit 1; }
 """,
-    "apt-get": _RECORD + "exit 100\n",
+    "apt-get": _RECORD
+    + """case "$1" in
+  update) exit "${FAKE_APT_UPDATE_RC:-0}" ;;
+  install)
+    for cmd in ${FAKE_APT_PROVIDES:-}; do
+      printf '#!/bin/bash\\nprintf "%%s %%s\\\\n" "$(basename "$0")" "$*" >>"$FAKE_CALLS"\\n' >"$FAKE_BIN/$cmd"
+      chmod +x "$FAKE_BIN/$cmd"
+    done
+    [ -n "${FAKE_APT_PROVIDES:-}" ] || { echo "E: Unable to locate package" >&2; exit 100; } ;;
+esac
+""",
+    "gpg": _RECORD
+    + """out=""
+while [ $# -gt 0 ]; do
+  case "$1" in -o) out=$2; shift ;; esac
+  shift
+done
+cat >"$out"
+""",
+    "uname": _RECORD
+    + """case "$1" in
+  -r) echo "${FAKE_KERNEL:-6.17.0-1020-aws}" ;;
+  *) exec /usr/bin/env -i PATH=/usr/bin:/bin uname "$@" ;;
+esac
+""",
     "lsblk": _RECORD
     + """case "$*" in
   "-dnpo NAME,MODEL")
@@ -517,3 +542,55 @@ def test_missing_required_setting_stops_before_anything(tmp_path: Path) -> None:
 def test_unknown_torch_check_mode(tmp_path: Path) -> None:
     run = boot(tmp_path, TORCH_CHECK="sometimes", LUSTRE_DNS_NAME="")
     assert_replaced(run, "gpu", "TORCH_CHECK=sometimes is not one of required, auto, off")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lustre client on Ubuntu (FSx for Lustre user guide, "Installing the Lustre client")
+# --------------------------------------------------------------------------------------------------
+
+
+def _ubuntu(tmp_path: Path, **overrides: str) -> Run:
+    os_release = tmp_path / "os-release"
+    os_release.write_text('NAME="Ubuntu"\nVERSION_CODENAME=noble\nID=ubuntu\n')
+    return boot(
+        tmp_path,
+        omit=("mount.lustre", "dnf"),
+        OS_RELEASE=str(os_release),
+        APT_KEYRING_DIR=str(tmp_path / "keyrings"),
+        APT_SOURCES_DIR=str(tmp_path / "sources.list.d"),
+        **overrides,
+    )
+
+
+def test_ubuntu_without_the_client_installs_it_from_the_fsx_apt_repository(tmp_path: Path) -> None:
+    run = _ubuntu(tmp_path, FAKE_APT_PROVIDES="mount.lustre", FAKE_KERNEL="6.17.0-1020-aws")
+    assert run.rc == 0, run.output
+    key_calls = [c for c in run.calls if "fsx-ubuntu-public-key.asc" in c]
+    assert key_calls == [
+        "curl -sSf https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
+    ]
+    keyring = tmp_path / "keyrings" / "fsx-ubuntu-public-key.gpg"
+    assert f"gpg --batch --yes --dearmor -o {keyring}" in run.calls
+    assert keyring.read_text() == "ARMORED KEY"
+    source = (tmp_path / "sources.list.d" / "fsxlustreclientrepo.list").read_text()
+    assert source == f"deb [signed-by={keyring}] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu noble main\n"
+    apt = run.called("apt-get ")
+    assert apt == ["apt-get update", "apt-get install -y lustre-client-modules-6.17.0-1020-aws"]
+    assert lifecycle("CONTINUE") in run.calls
+    assert run.called("mount ")  # mounted with the installed client
+
+
+def test_ubuntu_without_a_route_to_the_fsx_repository_fails_the_boot(tmp_path: Path) -> None:
+    run = _ubuntu(tmp_path, FAKE_NO_INTERNET="1")
+    assert_replaced(
+        run,
+        "lustre",
+        "the Lustre client (mount.lustre) is not installed and could not be installed: cannot fetch the FSx "
+        "repository key https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc",
+    )
+    assert not run.called("apt-get install")
+
+
+def test_ubuntu_kernel_without_client_modules_fails_the_boot(tmp_path: Path) -> None:
+    run = _ubuntu(tmp_path, FAKE_KERNEL="6.99.0-1-aws")
+    assert_replaced(run, "lustre", "apt-get install lustre-client-modules-6.99.0-1-aws failed: E: Unable to locate")

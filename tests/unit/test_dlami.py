@@ -175,3 +175,34 @@ def test_sagemaker_spelling_and_fractional_gpus_are_rejected() -> None:
         DlamiImage.from_ssm().check_instance_type("g6f.xlarge", where=W)
     with pytest.raises(ValidationError, match=r"instance_type='g5.xlarg' is not in the GPU instance catalog"):
         DlamiImage.from_ssm().check_instance_type("g5.xlarg", where=W)
+
+
+# -- Lustre client (issue 12): which flavours ship it, how the others install it -------------------------
+
+
+@pytest.mark.parametrize(
+    ("framework", "os", "arch", "expected"),
+    [
+        ("pytorch", "ubuntu-24.04", "x86_64", "preinstalled"),  # release notes: lustre-client-modules-<kernel>
+        ("pytorch", "ubuntu-22.04", "x86_64", "fsx-apt-repository"),
+        ("base", "ubuntu-22.04", "x86_64", "fsx-apt-repository"),
+        ("base", "ubuntu-24.04", "arm64", "fsx-apt-repository"),
+        ("base", "amazon-linux-2023", "x86_64", "amazon-linux-repository"),
+        ("pytorch", "amazon-linux-2023", "arm64", "amazon-linux-repository"),
+    ],
+)
+def test_lustre_client_install_per_flavour(framework: str, os: str, arch: str, expected: str) -> None:
+    image = DlamiImage(
+        framework=framework,  # type: ignore[arg-type]
+        os=os,  # type: ignore[arg-type]
+        cpu_arch=arch,  # type: ignore[arg-type]
+        pytorch_version="2.9" if framework == "pytorch" else None,
+    )
+    assert image.lustre_client_install == expected
+
+
+def test_pinned_image_can_declare_its_lustre_client() -> None:
+    pinned = DlamiImage.pinned({"us-east-1": "ami-0123456789abcdef0"}, lustre_client_preinstalled=True)
+    assert pinned.lustre_client_install == "preinstalled"
+    with pytest.raises(ValidationError, match=r"lustre_client_preinstalled='yes' is not allowed; allowed: None"):
+        DlamiImage(lustre_client_preinstalled="yes")  # type: ignore[arg-type]

@@ -105,7 +105,8 @@ class Built:
             endpoint_name="rt",
             vpc=vpc,
             encryption_key=self.key,
-            batching=Batching(max_batch_size=64, max_batch_delay_ms=8),
+            # the DLC (TorchServe) takes batch size 1 only: larger batches are refused (DlcTorchServeBatching)
+            batching=Batching(max_batch_size=1, max_batch_delay_ms=8, env=TORCHSERVE_BATCHING_ENV),
             environment={"LOG_LEVEL": "info"},
             data_capture=DataCapture(bucket=self.bucket, sampling_percentage=25, capture_output=False),
             deployment=BlueGreenDeployment.canary(
@@ -205,7 +206,7 @@ def test_model_serves_image_and_artifact_with_isolation_in_vpc(built: Built) -> 
 
 def test_model_environment_carries_batching_and_user_variables(built: Built) -> None:
     env = built.one("AWS::SageMaker::Model", "RealtimeModel")["PrimaryContainer"]["Environment"]
-    assert env == {"GPU_SERVE_MAX_BATCH_SIZE": "64", "GPU_SERVE_MAX_BATCH_DELAY_MS": "8", "LOG_LEVEL": "info"}
+    assert env == {"SAGEMAKER_TS_BATCH_SIZE": "1", "SAGEMAKER_TS_MAX_BATCH_DELAY": "8", "LOG_LEVEL": "info"}
     assert "Environment" not in built.one("AWS::SageMaker::Model", "DefaultsModel")["PrimaryContainer"]
 
 
@@ -739,6 +740,23 @@ RULES: list[tuple[str, dict[str, Any], str]] = [
     ("model key", {"model_data": _model("bucket", "models/x/model.pt")}, r"model_data key='models/x/model.pt'"),
     ("model uri", {"model_data": _model("uri", "https://x/model.tar.gz")}, r"model_data uri="),
     ("model parameter", {"model_data": _model("ssm", "bad name!")}, r"model_data parameter_name='bad name!'"),
+    (
+        "batching on the dlc",
+        {"batching": Batching(max_batch_size=16)},
+        r"^Test/Ep: batching.max_batch_size=16 is unsafe on the AWS PyTorch inference DLC: .* fails the whole batch "
+        r"when one request fails; allowed: 1 \(or no batching\)\. To batch, serve with the platform's inference "
+        r"image \(GpuImage.from_codebuild/from_asset of containers/inference, the gpu_serve runtime\)",
+    ),
+    (
+        "torchserve batch size in environment",
+        {"environment": {"SAGEMAKER_TS_BATCH_SIZE": "8"}},
+        r"environment SAGEMAKER_TS_BATCH_SIZE: max_batch_size=8 is unsafe on the AWS PyTorch inference DLC",
+    ),
+    (
+        "torchserve batch size not a number",
+        {"environment": {"SAGEMAKER_TS_BATCH_SIZE": "many"}},
+        r"environment SAGEMAKER_TS_BATCH_SIZE='many' is not allowed; allowed: an integer",
+    ),
 ]
 
 
@@ -763,6 +781,37 @@ def test_valid_edge_values_pass(make: Callable[..., GpuEndpoint]) -> None:
     assert cdk.Token.is_unresolved(ep.model_name)
 
 
+def test_dlc_batching_refusal_is_per_image_and_variable() -> None:
+    from aws_cdk import aws_ecr as ecr
+
+    def endpoint(name: str, image: Any, **kwargs: Any) -> GpuEndpoint:
+        stack = _stack(name=name)
+        key = kms.Key(stack, "Key")
+        return GpuEndpoint(
+            stack,
+            "Ep",
+            image=image(stack) if callable(image) else image,
+            model_data=ModelData.from_bucket(_bucket(stack, key), MODEL_KEY),
+            instance_type="ml.g5.xlarge",
+            encryption_key=key,
+            **kwargs,
+        )
+
+    def own(stack: cdk.Stack) -> GpuImage:
+        repo = ecr.Repository.from_repository_name(stack, "Own", "gpu-inference")
+        return GpuImage.from_ecr_repository(repo, "v7", usage="inference", cuda_version="12.8")
+
+    # allowed: batch size 1 on the DLC, any batching on the platform's image (gpu_serve)
+    endpoint("DlcOne", _inference_image, batching=Batching(max_batch_size=1, env=TORCHSERVE_BATCHING_ENV))
+    endpoint("OwnBatches", own, batching=Batching(max_batch_size=64))
+    # refused: TorchServe's variable above 1 whatever the image (only the DLC's toolkit reads it) ...
+    with pytest.raises(ValidationError, match=r"^Own/Ep: environment SAGEMAKER_TS_BATCH_SIZE: max_batch_size=4"):
+        endpoint("Own", own, batching=Batching(max_batch_size=4, env=TORCHSERVE_BATCHING_ENV))
+    # ... and batching on a DLC through gpu_serve's variables, which TorchServe would silently ignore
+    with pytest.raises(ValidationError, match=r"^Dlc/Ep: batching.max_batch_size=2 is unsafe"):
+        endpoint("Dlc", _inference_image, batching=Batching(max_batch_size=2))
+
+
 def test_batching_env_names_match_the_runtimes() -> None:
     from gpu_serve.config import ENV_VARS
 
@@ -784,7 +833,7 @@ class StackApp:
     def __init__(self) -> None:
         from aws_cdk import aws_ecr as ecr
 
-        from stacks.config import load_config
+        from stacks.config import EndpointBatchingConfig, load_config
         from stacks.data_stack import DataStack
         from stacks.images_stack import ImagesStack
         from stacks.inference_stack import InferenceStack
@@ -820,7 +869,17 @@ class StackApp:
         )
         repo = ecr.Repository.from_repository_name(images, "Own", "gpu-inference")
         own = GpuImage.from_ecr_repository(repo, "v7", usage="inference", cuda_version="12.8")
-        self.own_image = InferenceStack(app, "OwnImage", image=own, **deps, **common)
+        batched = config.inference.model_copy(
+            update={
+                "endpoints": {
+                    "classifier": endpoint.model_copy(
+                        update={"batching": EndpointBatchingConfig(max_batch_size=16, max_batch_delay_ms=5)}
+                    )
+                }
+            }
+        )
+        own_config = config.model_copy(update={"inference": batched})
+        self.own_image = InferenceStack(app, "OwnImage", image=own, **deps, **{**common, "config": own_config})
         self.templates = {
             name: assertions.Template.from_stack(stack).to_json()
             for name, stack in (("before", self.before), ("after", self.after), ("own", self.own_image))
@@ -885,12 +944,11 @@ def test_model_uri_change_replaces_model_and_config_but_updates_endpoint(stack_a
     assert before_text.replace("classifier/v1/", "classifier/v2/").replace(b_model_id, a_model_id) == after_text
 
 
-def test_dlc_image_gets_torchserve_batching_and_no_log_filters(stack_app: StackApp) -> None:
+def test_dlc_image_gets_no_batching_and_no_log_filters(stack_app: StackApp) -> None:
+    # dev serves the stock DLC with batching: null (TorchServe's own batch size 1): batching is refused there
     (model,) = stack_app.of_type("before", "AWS::SageMaker::Model").values()
-    assert model["Properties"]["PrimaryContainer"]["Environment"] == {
-        "SAGEMAKER_TS_BATCH_SIZE": "16",
-        "SAGEMAKER_TS_MAX_BATCH_DELAY": "5",
-    }
+    assert stack_app.before.config.inference.endpoints["classifier"].batching is None
+    assert "Environment" not in model["Properties"]["PrimaryContainer"]
     assert stack_app.before.runtime == "torchserve"
     assert not stack_app.of_type("before", "AWS::Logs::MetricFilter")
 
@@ -1006,7 +1064,7 @@ def test_config_defaults() -> None:
         True,
     )
     assert (ep.model_download_timeout_seconds, ep.startup_health_check_timeout_seconds) == (1200, 600)
-    assert ep.batching is not None and (ep.batching.max_batch_size, ep.batching.max_batch_delay_ms) == (32, 5)
+    assert ep.batching is None  # the image's own batching (gpu_serve: 32 rows, 5 ms; the DLC: none)
     assert ep.data_capture is None and ep.async_inference is None and ep.autoscaling is None and ep.off_hours is None
     assert (ep.deployment.traffic, ep.deployment.wait_minutes, ep.deployment.auto_rollback) == ("all_at_once", 5, True)
     assert (ep.alarms.max_5xx_percent, ep.alarms.max_model_latency_p99_ms, ep.alarms.max_gpu_memory_percent) == (
@@ -1042,6 +1100,13 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
     ("timeout", M + "model_download_timeout_seconds: 10", r"60..3600"),
     ("env key", M + "environment: {1X: a}", r"\['1X'\]"),
     ("batch size", M + "batching: {max_batch_size: 0}", r"1..4096"),
+    (
+        "batching on the dlc",  # images.inference defaults to the stock PyTorch DLC
+        M + "batching: {max_batch_size: 16}",
+        r"inference.endpoints.classifier.batching.max_batch_size=16 is unsafe on the AWS PyTorch inference DLC: "
+        r".*allowed: 1 \(or no batching\)\. To batch, serve with the platform's inference image .* "
+        r"\(images.inference.kind is 'dlc'\)",
+    ),
     ("capture pct", M + "data_capture: {sampling_percentage: 150}", r"0..100"),
     ("capture none", M + "data_capture: {capture_input: false, capture_output: false}", r"at least one"),
     ("async concurrency", M + "async_inference: {max_concurrent_invocations_per_instance: 0}", r"1..1000"),

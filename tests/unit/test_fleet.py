@@ -15,11 +15,15 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from gpu_constructs import fleet as fleet_module
+from gpu_constructs.constants import DEFAULT_INTERFACE_ENDPOINTS, fleet_endpoints
 from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike, allow_lustre_clients
+from gpu_constructs.network import NetworkReachability
 
 DNS = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"
+#: Ships the Lustre client (dlami.LUSTRE_CLIENT_PREINSTALLED): mounts without a package repository.
+PYTORCH_UBUNTU_2404 = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
@@ -40,11 +44,21 @@ def _stack() -> cdk.Stack:
     return cdk.Stack(cdk.App(), "T", env=cdk.Environment(region="us-east-1"))
 
 
-def _vpc(stack: cdk.Stack) -> ec2.IVpc:
-    return ec2.Vpc.from_vpc_attributes(
+def _vpc(stack: cdk.Stack, *, endpoints: tuple[str, ...] | None = None) -> ec2.IVpc:
+    """An imported isolated VPC with the endpoints a fleet calls (``endpoints``: short names to add)."""
+    vpc = ec2.Vpc.from_vpc_attributes(
         stack, "Vpc", vpc_id="vpc-1", availability_zones=["us-east-1a", "us-east-1b"],
         isolated_subnet_ids=["subnet-a", "subnet-b"], isolated_subnet_names=["Fleets"],
+        isolated_subnet_route_table_ids=["rtb-a", "rtb-b"],
     )  # fmt: skip
+    endpoint_sg = ec2.SecurityGroup.from_security_group_id(stack, "EndpointSg", "sg-0123456789abcdef0")
+    for name in fleet_endpoints() if endpoints is None else endpoints:
+        service = getattr(ec2.InterfaceVpcEndpointAwsService, DEFAULT_INTERFACE_ENDPOINTS[name])
+        vpc.add_interface_endpoint(
+            f"{name}Endpoint", service=service, private_dns_enabled=True, open=False, security_groups=[endpoint_sg]
+        )
+    vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+    return vpc
 
 
 @pytest.fixture(scope="module")
@@ -382,7 +396,7 @@ def test_lustre_ports_can_be_left_to_the_file_system_owner() -> None:
     GpuFleet(
         stack, "Fleet", vpc=vpc, fleet_name="f", instance_type="g5.xlarge",
         volume_key=kms.Key.from_key_arn(stack, "Key", KEY_ARN), file_system=StandInLustre(stack, "Lustre", vpc),
-        open_lustre_ports=False,
+        open_lustre_ports=False, image=PYTORCH_UBUNTU_2404,
     )  # fmt: skip
     template = assertions.Template.from_stack(stack)
     rules = {
@@ -714,3 +728,110 @@ def test_fleet_stack_rejects_a_placement_zone_outside_the_config() -> None:
     config = _config([{**G5, "placement_group": True, "availability_zone": "us-east-1c"}])
     with pytest.raises(ConfigError, match=r"fleets.groups\[w\].availability_zone: 'us-east-1c' is not one of the "):
         FleetStack(cdk.App(), "F", config=config, network=None, storage=None)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 12: APIs the boot script and agents call, the Lustre client, the file system's zone
+# --------------------------------------------------------------------------------------------------
+
+
+class ZonedLustre(StandInLustre):
+    """A Lustre file system that reports its Availability Zone, like the platform's construct."""
+
+    availability_zone = "us-east-1a"
+
+
+def _fleet(stack: cdk.Stack, vpc: ec2.IVpc, **kwargs: Any) -> GpuFleet:
+    kwargs.setdefault("instance_type", "g5.xlarge")
+    kwargs.setdefault("image", PYTORCH_UBUNTU_2404)
+    return GpuFleet(
+        stack, "F", vpc=vpc, fleet_name="f", volume_key=kms.Key(stack, "K", enable_key_rotation=True), **kwargs
+    )
+
+
+def test_isolated_vpc_without_the_autoscaling_endpoint_fails_synth() -> None:
+    stack = _stack()
+    vpc = _vpc(stack, endpoints=("logs", "monitoring", "ssm", "ssm_messages", "ec2_messages"))
+    _fleet(stack, vpc)
+    errors = [str(e) for e in stack.node.find_all() for e in e.node.validate()]
+    assert len(errors) == 1, errors
+    assert "boot signals (lifecycle hook, instance health) calls com.amazonaws.us-east-1.autoscaling" in errors[0]
+    assert "add the interface endpoint com.amazonaws.us-east-1.autoscaling" in errors[0]
+    assert "nat_gateways >= 1" in errors[0]
+    with pytest.raises(Exception, match=r"com\.amazonaws\.us-east-1\.autoscaling"):
+        stack.node.root.synth()
+
+
+def test_declared_reachability_is_checked_when_the_fleet_is_built() -> None:
+    stack = _stack()
+    reach = NetworkReachability.of("logs", "monitoring", "s3", "ssm", "ssm_messages", "ec2_messages")
+    with pytest.raises(ValidationError, match=r"T/F: boot signals.*autoscaling.*\(reachability: declared"):
+        _fleet(stack, _vpc(stack, endpoints=()), reachability=reach)
+    ok = NetworkReachability.of(*fleet_endpoints(), "s3")
+    _fleet(_stack(), _vpc(_stack(), endpoints=()), reachability=ok)
+    _fleet(_stack(), _vpc(_stack(), endpoints=()), reachability=NetworkReachability(internet=True))
+
+
+def test_base_ubuntu_fleet_mounting_lustre_without_nat_is_refused() -> None:
+    stack = _stack()
+    with pytest.raises(
+        ValidationError,
+        match=r"Lustre client install \(fsx-apt-repository, ubuntu-22\.04.*"
+        r"needs a package repository on the internet; allowed: a NAT path",
+    ):
+        _fleet(stack, _vpc(stack, endpoints=()), file_system=StandInLustre(stack, "L", _vpc(_stack(), endpoints=())),
+               image=DlamiImage.from_ssm(), reachability=NetworkReachability.of(*fleet_endpoints(), "s3"))  # fmt: skip
+
+
+def test_lustre_client_install_routes() -> None:
+    stack = _stack()
+    vpc = _vpc(stack, endpoints=())
+    lustre = StandInLustre(stack, "L", vpc)
+    private = NetworkReachability.of(*fleet_endpoints(), "s3")
+    # The PyTorch Ubuntu 24.04 DLAMI ships the client; AL2023 installs it from the Region's S3 repositories.
+    pytorch = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
+    assert pytorch.lustre_client_install == "preinstalled"
+    _fleet(stack, vpc, image=pytorch, file_system=lustre, reachability=private)
+    al2023 = DlamiImage.from_ssm("base", "amazon-linux-2023")
+    fleet = GpuFleet(stack, "Al", vpc=vpc, fleet_name="al", instance_type="g5.xlarge", image=al2023,
+                     volume_key=kms.Key(stack, "K2"), file_system=lustre, reachability=private)  # fmt: skip
+    assert any(services == ("s3",) for services in fleet.required_services.values())
+    with pytest.raises(ValidationError, match=r"Lustre client install \(amazon-linux-repository.*calls com\.amazonaws"
+                       r"\.us-east-1\.s3.*add the gateway endpoint"):  # fmt: skip
+        GpuFleet(stack, "Al2", vpc=vpc, fleet_name="al2", instance_type="g5.xlarge", image=al2023,
+                 volume_key=kms.Key(stack, "K3"), file_system=lustre,
+                 reachability=NetworkReachability.of(*fleet_endpoints()))  # fmt: skip
+
+
+def test_fleet_mounting_lustre_launches_in_the_file_system_zone() -> None:
+    stack = _stack()
+    vpc = _vpc(stack)
+    _fleet(stack, vpc, file_system=ZonedLustre(stack, "L", vpc))
+    template = assertions.Template.from_stack(stack)
+    template.has_resource_properties("AWS::AutoScaling::AutoScalingGroup", {"VPCZoneIdentifier": ["subnet-a"]})
+    assert not assertions.Annotations.from_stack(stack).find_warning("*", assertions.Match.string_like_regexp("Lustre"))
+
+
+def test_fleet_allowed_in_other_zones_warns_with_cost_and_latency() -> None:
+    stack = _stack()
+    vpc = _vpc(stack)
+    _fleet(stack, vpc, file_system=ZonedLustre(stack, "L", vpc), same_zone_as_file_system=False)
+    template = assertions.Template.from_stack(stack)
+    template.has_resource_properties(
+        "AWS::AutoScaling::AutoScalingGroup", {"VPCZoneIdentifier": ["subnet-a", "subnet-b"]}
+    )
+    warnings = assertions.Annotations.from_stack(stack).find_warning(
+        "*", assertions.Match.string_like_regexp("FSx for Lustre file system in us-east-1a")
+    )
+    assert len(warnings) == 1
+    text = str(warnings[0].entry.data)
+    assert "us-east-1b" in text and "inter-AZ data transfer" in text and "latency" in text
+
+
+def test_placement_group_in_another_zone_than_the_file_system_warns() -> None:
+    stack = _stack()
+    vpc = _vpc(stack)
+    _fleet(stack, vpc, instance_type="p5.48xlarge", efa=True, placement_group=True,
+           availability_zone="us-east-1b", file_system=ZonedLustre(stack, "L", vpc))  # fmt: skip
+    annotations = assertions.Annotations.from_stack(stack)
+    assert annotations.find_warning("*", assertions.Match.string_like_regexp("may launch instances in us-east-1b"))

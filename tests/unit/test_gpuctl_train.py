@@ -195,6 +195,15 @@ def test_pipeline_starts_the_state_machine_with_the_runtime_values(aws: Recorder
     assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter", "stepfunctions.StartExecution"]
 
 
+def test_processes_per_host_within_the_gpus_of_the_chosen_type_is_accepted(
+    aws: Recorder, capsys: pytest.CaptureFixture
+) -> None:
+    _stack(aws)
+    argv = ["train", *SETUP, "--dry-run", "--instance-type", "ml.g5.12xlarge", "-p", "processes_per_host=4"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["HyperParameters"]["processes_per_host"] == "4"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -204,6 +213,14 @@ def test_pipeline_starts_the_state_machine_with_the_runtime_values(aws: Recorder
         (["--job-name", "someone-else-1"], "allowed: a name starting with 'gpu-dev-train'"),
         (["-p", "epochz=3"], "unknown hyperparameter 'epochz' (did you mean 'epochs'?)"),
         (["-p", "epochs=zero"], "hyperparameter epochs='zero' is not allowed"),
+        # the GPU-count rule of the typed field, applied to the hyperparameter (ml.g5.xlarge: one GPU)
+        (["-p", "processes_per_host=16"], "processes_per_host=16 needs 16 GPUs but 'ml.g5.xlarge' has a single GPU"),
+        (["-p", "processes_per_host=2", "--pipeline"], "processes_per_host=2 needs 2 GPUs"),
+        (["-p", "processes_per_host=four"], "processes_per_host='four' is not an integer; allowed: 0 (one process"),
+        (
+            ["-p", "processes_per_host=8", "--instance-type", "ml.g5.12xlarge"],
+            "processes_per_host=8 is more than the 4 GPUs of 'ml.g5.12xlarge'",
+        ),
     ],
 )
 def test_bad_input_is_a_usage_error_before_any_job_call(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
@@ -67,10 +69,10 @@ def test_prod_flow_logs_retention(prod: assertions.Template) -> None:
 def test_gateway_and_interface_endpoints(dev: assertions.Template) -> None:
     endpoints = dev.find_resources("AWS::EC2::VPCEndpoint")
     types = [e["Properties"].get("VpcEndpointType", "Gateway") for e in endpoints.values()]
-    assert types.count("Gateway") == 1 and types.count("Interface") == 11
+    assert types.count("Gateway") == 1 and types.count("Interface") == 12
     names = sorted(str(e["Properties"]["ServiceName"]) for e in endpoints.values())
     for service in ("sagemaker.api", "sagemaker.runtime", "ecr.api", "ecr.dkr", ".logs", "monitoring", "sts",
-                    "kms", ".ssm", "ssmmessages", "ec2messages", ".s3"):  # fmt: skip
+                    "kms", ".ssm", "ssmmessages", "ec2messages", ".autoscaling", ".s3"):  # fmt: skip
         assert any(service in n for n in names), f"missing endpoint {service}: {names}"
     interface = [e for e in endpoints.values() if e["Properties"].get("VpcEndpointType") == "Interface"]
     assert all(e["Properties"]["PrivateDnsEnabled"] is True for e in interface)
@@ -168,3 +170,75 @@ def test_subnets_rejects_unknown_group() -> None:
     net = GpuNetwork(_stack(), "Net", availability_zones=["us-east-1a"], interface_endpoints=[])
     with pytest.raises(ValidationError, match=r"group='Gpu' is not allowed; allowed: Training, Endpoints, Fleets"):
         net.subnets("Gpu")
+
+
+# -- reachability (issue 12: the dev fleet's boot script calls EC2 Auto Scaling) -------------------------
+
+
+def _endpoint_suffixes(template: assertions.Template) -> set[str]:
+    found = set()
+    for endpoint in template.find_resources("AWS::EC2::VPCEndpoint").values():
+        name = endpoint["Properties"]["ServiceName"]
+        parts = name["Fn::Join"][1] if isinstance(name, dict) else [name]
+        # "com.amazonaws.us-east-1.autoscaling" (literal region) or [..., ".autoscaling"] (a Join on the region)
+        found.add(re.sub(r"^com\.amazonaws\.[a-z0-9-]+\.", "", str(parts[-1])).lstrip("."))
+    return found
+
+
+def test_dev_network_has_the_autoscaling_endpoint_the_fleet_boot_script_calls(dev: assertions.Template) -> None:
+    # No NAT in dev: complete-lifecycle-action / set-instance-health reach EC2 Auto Scaling only this way.
+    assert "autoscaling" in _endpoint_suffixes(dev)
+
+
+def test_prod_network_has_the_autoscaling_endpoint(prod: assertions.Template) -> None:
+    assert "autoscaling" in _endpoint_suffixes(prod)
+
+
+def test_endpoints_follow_the_enabled_features() -> None:
+    from stacks.config import load_config
+    from stacks.network_stack import interface_endpoints
+
+    dev = load_config("dev")
+    with_fleets = interface_endpoints(dev)
+    assert {"autoscaling", "ssm", "ssm_messages", "ec2_messages"} <= set(with_fleets)
+    no_fleets = dev.model_copy(update={"fleets": dev.fleets.model_copy(update={"groups": ()})})
+    assert not {"autoscaling", "ssm", "ssm_messages", "ec2_messages"} & set(interface_endpoints(no_fleets))
+    explicit = dev.model_copy(update={"network": dev.network.model_copy(update={"interface_endpoints": ("sts",)})})
+    assert interface_endpoints(explicit) == ("sts",)
+
+
+def test_reachability_of_a_new_private_network() -> None:
+    net = GpuNetwork(_stack(), "Net", availability_zones=["us-east-1a"], interface_endpoints=["autoscaling"])
+    reach = net.reachability()
+    assert reach.endpoints == frozenset({"autoscaling", "s3"}) and reach.internet is False
+    assert reach.reaches("autoscaling") and reach.reaches("s3") and not reach.reaches("logs")
+
+
+def test_reachability_with_nat_reaches_everything() -> None:
+    net = GpuNetwork(_stack(), "Net", availability_zones=["us-east-1a"], nat_gateways=1, interface_endpoints=[])
+    assert net.reachability().internet is True and net.reachability().reaches("autoscaling")
+
+
+def test_reachability_of_an_adopted_vpc_is_declared_or_read_from_subnet_types() -> None:
+    stack = _stack()
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack, "Vpc", vpc_id="vpc-1", availability_zones=["us-east-1a"],
+        private_subnet_ids=["subnet-a"], private_subnet_names=["Fleets"],
+    )  # fmt: skip
+    inferred = GpuNetwork(stack, "Net", vpc=vpc, interface_endpoints=[], s3_gateway_endpoint=False)
+    assert inferred.reachability().internet is True  # PRIVATE_WITH_EGRESS subnets route to a NAT
+    declared = GpuNetwork(
+        stack, "Net2", vpc=vpc, interface_endpoints=[], s3_gateway_endpoint=False,
+        internet_access=False, existing_endpoints=["autoscaling", "logs"],
+    )  # fmt: skip
+    reach = declared.reachability()
+    assert reach.internet is False and reach.endpoints == frozenset({"autoscaling", "logs"})
+
+
+def test_unknown_existing_endpoint_is_rejected() -> None:
+    stack = _stack()
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack, "Vpc", vpc_id="vpc-1", availability_zones=["us-east-1a"], isolated_subnet_ids=["subnet-a"]
+    )
+    with pytest.raises(ValidationError, match=r"existing_endpoints=\['autoscale'\].*allowed: sagemaker_api"):
+        GpuNetwork(stack, "Net", vpc=vpc, existing_endpoints=["autoscale"])

@@ -1,14 +1,24 @@
-"""GitOpsDeployRole: exact-subject OIDC trust, bootstrap-roles-only permissions, and validation."""
+"""GitOpsDeployRole and the GitOps stack: exact-subject OIDC trust, bootstrap-roles-only permissions, validation,
+and one IAM OIDC provider per issuer URL per account."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import aws_cdk as cdk
 import pytest
+import yaml
 from aws_cdk import assertions
 from aws_cdk import aws_iam as iam
+from constructs import Construct
 
 from gpu_constructs.errors import ValidationError
-from gpu_constructs.oidc import GitOpsDeployRole
+from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider
+from stacks.config import CONFIG_DIR, ConfigError, EnvConfig, load_config, parse_config
+from stacks.gitops_stack import GitOpsStack, check_one_oidc_provider_per_account
 
 SUBJECT = "repo:acme/gpu-platform:environment:prod"
 
@@ -44,6 +54,12 @@ def test_creates_a_native_oidc_provider(github: assertions.Template) -> None:
         {"Url": "https://token.actions.githubusercontent.com", "ClientIdList": ["sts.amazonaws.com"]},
     )
     github.resource_count_is("AWS::Lambda::Function", 0)  # no custom-resource provider
+
+
+def test_created_provider_outlives_the_stack_but_not_a_failed_create(github: assertions.Template) -> None:
+    """Other stacks' roles trust the account's provider: leaving this stack must not delete it."""
+    (provider,) = github.find_resources("AWS::IAM::OIDCProvider").values()
+    assert (provider["DeletionPolicy"], provider["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
 
 
 def test_may_only_assume_the_cdk_bootstrap_roles(github: assertions.Template) -> None:
@@ -127,3 +143,186 @@ def test_diff_role_trusts_pull_requests_but_only_reads() -> None:
 def test_bad_mode() -> None:
     with pytest.raises(ValidationError, match=r"mode='admin' is not allowed; allowed: 'deploy', 'diff'"):
         GitOpsDeployRole(_stack(), "Deploy", subjects=[SUBJECT], mode="admin")  # type: ignore[arg-type]
+
+
+# -- one IAM OIDC provider per issuer URL per account ------------------------------------------------------
+
+
+def test_existing_provider_is_referenced_by_its_deterministic_arn() -> None:
+    stack = _stack()
+    provider = existing_oidc_provider(stack, "GitHub", issuer_url="https://token.actions.githubusercontent.com")
+    role = GitOpsDeployRole(stack, "Deploy", subjects=[SUBJECT], provider=provider)
+    assert not role.provider_created
+    template = assertions.Template.from_stack(stack)
+    template.resource_count_is("AWS::IAM::OIDCProvider", 0)
+    statement = next(iter(template.find_resources("AWS::IAM::Role").values()))["Properties"][
+        "AssumeRolePolicyDocument"
+    ]["Statement"][0]
+    arn = ["arn:", {"Ref": "AWS::Partition"}, ":iam::111122223333:oidc-provider/token.actions.githubusercontent.com"]
+    assert statement["Principal"] == {"Federated": {"Fn::Join": ["", arn]}}
+
+
+def test_created_provider_is_reported(github: assertions.Template) -> None:
+    role = GitOpsDeployRole(_stack(), "Deploy", subjects=[SUBJECT])
+    assert role.provider_created and role.issuer_url == "https://token.actions.githubusercontent.com"
+
+
+def test_existing_provider_needs_an_https_url() -> None:
+    with pytest.raises(ValidationError, match=r"Ci: issuer_url='gitlab.com' is not allowed; allowed: an https://"):
+        existing_oidc_provider(_stack(), "GitLab", issuer_url="gitlab.com")
+
+
+def _oidc_resources(template: dict[str, Any]) -> list[str]:
+    return [
+        str(r["Properties"]["Url"])
+        for r in template["Resources"].values()
+        if r["Type"] in ("AWS::IAM::OIDCProvider", "Custom::AWSCDKOpenIdConnectProvider")
+    ]
+
+
+def _assembly_templates(outdir: Path) -> dict[str, tuple[str | None, dict[str, Any]]]:
+    """Stack name -> (account or None, template) of every stack of the assembly, pipeline stages included.
+
+    A stack name that appears at the app root and in a stage is one CloudFormation stack: kept once."""
+    stacks: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    for artifact_id, artifact in manifest["artifacts"].items():
+        props = artifact.get("properties", {})
+        if artifact["type"] == "cdk:cloud-assembly":
+            for name, stack in _assembly_templates(outdir / props["directoryName"]).items():
+                stacks.setdefault(name, stack)
+        elif artifact["type"] == "aws:cloudformation:stack":
+            account = artifact["environment"].removeprefix("aws://").split("/")[0]
+            template = json.loads((outdir / props["templateFile"]).read_text())
+            name = props.get("stackName", artifact_id)
+            stacks.setdefault(name, (None if account.startswith("unknown") else account, template))
+    return stacks
+
+
+def test_prod_pipeline_creates_one_provider_per_account_and_url(synth: Callable[[str], Any]) -> None:
+    """Dev and prod stages deploy into the pipeline's account (both `account: null`): one creator only."""
+    stacks = _assembly_templates(synth("prod").outdir)
+    assert {"gpu-dev-gitops", "gpu-prod-gitops"} <= set(stacks)
+    assert {a for a, _ in stacks.values()} <= {None, "123456789012"}  # one account (or any): all may collide
+    creators = [(name, url) for name, (_, tpl) in sorted(stacks.items()) for url in _oidc_resources(tpl)]
+    assert creators == [("gpu-dev-gitops", "https://token.actions.githubusercontent.com")]
+    prod_roles = [r for r in stacks["gpu-prod-gitops"][1]["Resources"].values() if r["Type"] == "AWS::IAM::Role"]
+    assert len(prod_roles) == 2  # deploy and diff, both trusting the account's provider by ARN
+    for resource in prod_roles:
+        principal = resource["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Federated"]
+        assert json.dumps(principal).endswith(':oidc-provider/token.actions.githubusercontent.com"]]}')
+
+
+def test_dev_alone_creates_its_provider_once_for_both_roles(synth: Callable[[str], Any]) -> None:
+    """A fresh dev account (standalone `cdk deploy` of dev) gets the provider, shared by deploy and diff roles."""
+    tpl = synth("dev").template("gitops")
+    assert _oidc_resources(tpl) == ["https://token.actions.githubusercontent.com"]
+    (provider_id,) = [k for k, r in tpl["Resources"].items() if r["Type"] == "AWS::IAM::OIDCProvider"]
+    roles = [r for r in tpl["Resources"].values() if r["Type"] == "AWS::IAM::Role"]
+    assert [r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] for r in roles] == [
+        {"Federated": {"Ref": provider_id}}
+    ] * 2
+
+
+def _config(tmp_path: Path, env: str, **gitops: Any) -> EnvConfig:
+    raw = yaml.safe_load((CONFIG_DIR / f"{env}.yaml").read_text())
+    raw["gitops"].update(gitops)
+    path = tmp_path / f"{env}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return parse_config(path.read_text(), path, env)
+
+
+def _gitops(scope: Construct, config: EnvConfig) -> GitOpsStack:
+    name = f"{config.resource_prefix}-gitops"
+    env = cdk.Environment(account=config.account, region=config.region)
+    return GitOpsStack(scope, name, stack_name=name, config=config, deploy=config.gitops.oidc_deploy_role,
+                       diff=config.gitops.oidc_diff_role, env=env)  # fmt: skip
+
+
+def test_app_refuses_two_creators_that_may_share_an_account(tmp_path: Path) -> None:
+    """prod at the app root and in its pipeline stage is one stack; the dev stage is a second creator."""
+    prod = _config(tmp_path, "prod", oidc_provider="create")
+    app = cdk.App()
+    _gitops(app, prod)
+    _gitops(cdk.Stage(app, "Prod", env=cdk.Environment(region=prod.region)), prod)
+    check_one_oidc_provider_per_account(app)  # the same stack twice: no conflict
+    _gitops(cdk.Stage(app, "Dev"), load_config("dev"))
+    with pytest.raises(ConfigError) as raised:
+        check_one_oidc_provider_per_account(app)
+    message = str(raised.value)
+    for part in ("gpu-prod-gitops (config/prod.yaml", "gpu-dev-gitops (config/dev.yaml", "account: null",
+                 "https://token.actions.githubusercontent.com", "EntityAlreadyExists",
+                 "allowed: gitops.oidc_provider: create in exactly one environment", "existing"):  # fmt: skip
+        assert part in message, (part, message)
+
+
+def test_app_allows_one_creator_per_account(tmp_path: Path) -> None:
+    app = cdk.App()
+    dev = _gitops(app, load_config("dev"))
+    prod = _gitops(app, load_config("prod"))  # oidc_provider: existing
+    assert (dev.created_provider_urls, prod.created_provider_urls) == (
+        ["https://token.actions.githubusercontent.com"],
+        [],
+    )
+    check_one_oidc_provider_per_account(app)
+    # Two creators in two known, distinct accounts are fine; a known and an unknown account may be the same.
+    other = cdk.App()
+    _gitops(other, _config(tmp_path, "prod", oidc_provider="create").model_copy(update={"account": "111122223333"}))
+    _gitops(other, load_config("dev").model_copy(update={"account": "444455556666"}))
+    check_one_oidc_provider_per_account(other)
+    mixed = cdk.App()
+    _gitops(mixed, _config(tmp_path, "prod", oidc_provider="create").model_copy(update={"account": "111122223333"}))
+    _gitops(mixed, load_config("dev"))
+    with pytest.raises(ConfigError, match=r"gpu-prod-gitops \(config/prod.yaml, account 111122223333\)"):
+        check_one_oidc_provider_per_account(mixed)
+
+
+def test_build_app_refuses_the_pipeline_when_both_stages_create(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from stacks import app_builder, pipeline_stack
+
+    prod = _config(tmp_path, "prod", oidc_provider="create")
+    real = load_config
+    monkeypatch.setattr(app_builder, "load_config", lambda name: prod if name == "prod" else real(name))
+    monkeypatch.setattr(pipeline_stack, "load_config", lambda name: prod if name == "prod" else real(name))
+    with pytest.raises(ConfigError, match=r"would each create the IAM OIDC provider for https://token\.actions"):
+        app_builder.build_app("prod", nag=False)
+
+
+def test_provider_arn_setting_is_used_for_both_roles(tmp_path: Path) -> None:
+    arn = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
+    stack = _gitops(cdk.App(), _config(tmp_path, "prod", oidc_provider=arn))
+    assert stack.created_provider_urls == []
+    template = assertions.Template.from_stack(stack)
+    template.resource_count_is("AWS::IAM::OIDCProvider", 0)
+    principals = [
+        r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        for r in template.find_resources("AWS::IAM::Role").values()
+    ]
+    assert principals == [{"Federated": arn}] * 2
+
+
+@pytest.mark.parametrize(
+    ("gitops", "message"),
+    [
+        (
+            {"oidc_provider": "auto"},
+            "gitops.oidc_provider: 'auto': allowed: create, existing, or an IAM OIDC provider ARN",
+        ),
+        (
+            {"oidc_provider": "arn:aws:iam::123456789012:oidc-provider/gitlab.com"},
+            "gitops: oidc_provider: 'arn:aws:iam::123456789012:oidc-provider/gitlab.com' is the provider of "
+            "https://gitlab.com, but oidc_deploy_role uses https://token.actions.githubusercontent.com, oidc_diff_role",
+        ),
+        (
+            {"oidc_deploy_role": {"subjects": [SUBJECT], "provider_arn": "arn:aws:iam::123456789012:oidc-provider/x"}},
+            "provider_arn moved to gitops.oidc_provider",
+        ),
+    ],
+)
+def test_bad_oidc_provider_setting(tmp_path: Path, gitops: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _config(tmp_path, "prod", **gitops)
+    assert message in str(raised.value)
+    assert "prod.yaml" in str(raised.value)

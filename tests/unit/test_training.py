@@ -475,6 +475,20 @@ def test_an_inference_image_cannot_train(parts: _Parts) -> None:
         ({"input": "fsx", "input_mode": "FastFile"}, "input_mode must be File"),
         ({"instance_type": "ml.m5.xlarge"}, "has no NVIDIA GPU"),
         ({"hyperparameters": {"processes_per_host": "4"}}, "processes_per_host=4 needs 4 GPUs"),
+        ({"hyperparameters": {"processes_per_host": "four"}}, "processes_per_host='four' is not an integer"),
+        (
+            {
+                "instance_type": "ml.g5.12xlarge",
+                "allowed_instance_types": ("ml.g5.2xlarge",),
+                "hyperparameters": {"processes_per_host": "4"},
+            },
+            "processes_per_host=4 needs 4 GPUs but 'ml.g5.2xlarge' has a single GPU",
+        ),
+        (
+            {"spot": True, "max_runtime_hours": 48, "max_wait_hours": 700},
+            "allowed: 1..672 hours (SageMaker MaxWaitTimeInSeconds limit 2419200 s = 28 days)",
+        ),
+        ({"max_runtime_hours": 700}, "allowed: 1..672 hours (SageMaker MaxRuntimeInSeconds limit 2419200 s = 28 days)"),
         ({"dataset_prefix": "imagenet"}, "must be a relative S3 prefix ending in '/'"),
         ({"name": "Train"}, "must be 1-16 lowercase letters"),
         ({"alarms": {"gpu_low_pct": 10, "idle_gpu_pct": 20}}, "idle_gpu_pct: 20.0 must be less than gpu_low_pct"),
@@ -509,3 +523,187 @@ def test_fsx_input_needs_the_file_system(parts: _Parts) -> None:
     assert all(isinstance(c, S3Channel) and c.s3_uri.endswith("/imagenet/{data_version}/" + c.name + "/") for c in s3)
     with pytest.raises(ConfigError, match=r"'fsx' needs file_systems.lustre.enabled: true"):
         training_channels(TrainingConfig(input="fsx", input_mode="File"), parts.storage, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Execution input: numeric hyperparameters and processes_per_host (issue 12, items 9 and 10)
+# --------------------------------------------------------------------------------------------------
+
+
+def _jsonata_value(value: Any) -> Any:
+    """JSON for jsonata-python, whose evaluator reads Python ``None`` as "undefined" (JSON null is a sentinel)."""
+    from jsonata.utils import Utils
+
+    if value is None:
+        return Utils.NULL_VALUE
+    if isinstance(value, dict):
+        return {k: _jsonata_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonata_value(v) for v in value]
+    return value
+
+
+def _evaluate(expression: str, state_input: dict[str, Any]) -> Any:
+    """A JSONata field of a state (``{% ... %}``) evaluated as Step Functions does, with ``$states.input`` bound."""
+    import jsonata
+
+    assert expression.startswith("{%") and expression.endswith("%}"), expression
+    return jsonata.Jsonata(expression[2:-2]).evaluate({}, {"states": {"input": _jsonata_value(state_input)}})
+
+
+def _run_hyperparameter_states(states: dict[str, Any], instance_type: str, hyperparameters: Any) -> dict[str, Any]:
+    """MergeHyperparameters -> ValidateHyperparameters (-> InvalidHyperparameters) on a typical state."""
+    derive = next(
+        states[choice["Next"]]
+        for choice in states["ValidateInstanceType"]["Choices"]
+        if instance_type in [rule["StringEquals"] for rule in choice.get("Or", [choice])]
+    )
+    base = states["Defaults"]["Parameters"]["static"]["base_hyperparameters"]
+    state = {
+        "args": {"instance_type": instance_type, "hyperparameters": hyperparameters, "job_name": "gpu-dev-train-1"},
+        "static": {"base_hyperparameters": base},
+        "derived": derive["Result"],
+    }
+    merge = states["MergeHyperparameters"]
+    assert merge["Type"] == "Pass" and merge["QueryLanguage"] == "JSONata"
+    output = _evaluate(merge["Output"], state)
+    assert output["args"] == state["args"]  # the rest of the state passes through
+    choice = states["ValidateHyperparameters"]
+    (rule,) = choice["Choices"]
+    failed = _evaluate(rule["Condition"], output)
+    result = {"hyperparameters": output["run"]["hyperparameters"], "failed": failed}
+    if failed:
+        fail = states[rule["Next"]]
+        assert fail["Type"] == "Fail" and fail["Error"] == "InvalidInput"
+        result["cause"] = _evaluate(fail["Cause"], output)
+    else:
+        assert choice["Default"] in ("PrepareData?", "Train")
+    return result
+
+
+def test_numeric_execution_hyperparameters_become_strings(dev: dict) -> None:
+    states = definition(dev)["States"]
+    run = _run_hyperparameter_states(states, "ml.g5.xlarge", {"epochs": 30, "lr": 0.1, "amp": True, "arch": "vit"})
+    assert run["failed"] is False
+    assert run["hyperparameters"] == {
+        "processes_per_host": "1",
+        "num_workers": "2",
+        "arch": "vit",
+        "epochs": "30",
+        "batch_size": "128",
+        "lr": "0.1",
+        "amp": "true",
+    }
+    # what the Train task sends is CreateTrainingJob-valid: botocore's map of strings
+    parameters = states["Train"]["Parameters"]
+    found = samples(parameters)
+    found[parameters["HyperParameters.$"]] = run["hyperparameters"]
+    assert service_model_problems("CreateTrainingJob", substitute_sfn_samples(parameters, found)) == []
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "hyperparameters", "cause"),
+    [
+        (
+            "ml.g5.xlarge",
+            {"epochs": {"max": 30}},
+            'hyperparameters.epochs={"max":30} is not allowed; allowed: a string, a number or true/false',
+        ),
+        ("ml.g5.xlarge", {"epochs": None}, "hyperparameters.epochs=null is not allowed"),
+        ("ml.g5.xlarge", "epochs=30", "hyperparameters=epochs=30 is not allowed; allowed: an object of name: value"),
+        (
+            "ml.g5.xlarge",
+            {"note": "x" * 2501},
+            "a 2501-character value; allowed: names up to 256 and values up to 2500",
+        ),
+        (
+            "ml.g5.xlarge",
+            {"processes_per_host": 16},
+            "hyperparameters.processes_per_host=16 is not allowed on ml.g5.xlarge; allowed: 0 (one process per GPU) "
+            "or 1..1",
+        ),
+        ("ml.g5.xlarge", {"processes_per_host": "two"}, "hyperparameters.processes_per_host=two is not allowed"),
+    ],
+)
+def test_bad_execution_hyperparameters_fail_with_the_key_the_value_and_what_is_allowed(
+    dev: dict, instance_type: str, hyperparameters: Any, cause: str
+) -> None:
+    run = _run_hyperparameter_states(definition(dev)["States"], instance_type, hyperparameters)
+    assert run["failed"] is True
+    assert run["cause"].startswith("The execution input is not valid: ")
+    assert cause in run["cause"]
+
+
+def test_execution_processes_per_host_follows_the_gpus_of_the_chosen_type(dev: dict) -> None:
+    states = definition(dev)["States"]
+    four_gpus = "ml.g5.12xlarge"
+    assert _run_hyperparameter_states(states, four_gpus, {"processes_per_host": 4})["failed"] is False
+    assert _run_hyperparameter_states(states, four_gpus, {"processes_per_host": "0"})["failed"] is False
+    run = _run_hyperparameter_states(states, four_gpus, {"processes_per_host": 8})
+    assert (
+        "processes_per_host=8 is not allowed on ml.g5.12xlarge; allowed: 0 (one process per GPU) or 1..4"
+        in run["cause"]
+    )
+
+
+def test_the_state_machine_limits_are_the_catalogs(dev: dict) -> None:
+    from gpu_constructs.catalog import processes_per_host_limit
+    from gpu_constructs.training_spec import PROCESSES_PER_HOST_PATTERN
+
+    expression = definition(dev)["States"]["MergeHyperparameters"]["Output"]
+    assert f"/{PROCESSES_PER_HOST_PATTERN}/" in expression
+    table = json.loads(re.search(r"\$lookup\((\{[^}]*\}), \$in\.args\.instance_type\)", expression).group(1))
+    assert table and all(limit == processes_per_host_limit(name) for name, limit in table.items())
+
+
+def test_processes_per_host_hyperparameter_of_the_construct_is_checked(parts: _Parts) -> None:
+    with pytest.raises(
+        ValidationError, match=re.escape("hyperparameters['processes_per_host']=4 needs 4 GPUs but 'ml.g5.2xlarge'")
+    ):
+        parts.pipeline(hyperparameters={"processes_per_host": "4"})
+
+
+def _config_text(**replacements: str) -> str:
+    from stacks.config import CONFIG_DIR
+
+    text = (CONFIG_DIR / "prod.yaml").read_text()
+    for old, new in replacements.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def test_max_wait_beyond_the_sagemaker_limit_is_a_config_error_in_hours() -> None:
+    from pathlib import Path
+
+    from stacks.config import ConfigError, parse_config
+
+    text = _config_text(**{"max_wait_hours: 96": "max_wait_hours: 700"})
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, Path("config/prod.yaml"))
+    assert str(info.value) == (
+        "config/prod.yaml: invalid configuration\n"
+        "  training.max_wait_hours: 700: allowed: 1..672 hours (SageMaker MaxWaitTimeInSeconds limit 2419200 s = "
+        "28 days)"
+    )
+
+
+def test_a_cuda_build_that_cannot_drive_the_gpu_is_a_config_error() -> None:
+    from pathlib import Path
+
+    from stacks.config import ConfigError, parse_config
+
+    text = _config_text(
+        **{
+            'cuda_version: "12.8"           # CUDA of the Dockerfile\'s base image': 'cuda_version: "13.0"',
+            "instance_type: ml.p4d.24xlarge": "instance_type: ml.p3.16xlarge",
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, Path("config/prod.yaml"))
+    assert str(info.value) == (
+        "config/prod.yaml: invalid configuration\n"
+        "  training.instance_type: 'ml.p3.16xlarge' cannot run images.training (kind codebuild, CUDA 13.0): CUDA 13.0 "
+        "cannot drive the NVIDIA V100 of 'p3.16xlarge' (Volta, compute capability 7.0, sm_70); allowed: CUDA 9.0 to "
+        "12.x (dropped in CUDA 13.0); change the instance type or the image"
+    )

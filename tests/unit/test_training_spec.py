@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -12,6 +13,8 @@ from gpu_constructs.training_spec import (
     CHECKPOINT_LOCAL_PATH,
     HP_NUM_WORKERS,
     HP_PROCESSES_PER_HOST,
+    MAX_RUNTIME_LIMIT_S,
+    MAX_WAIT_LIMIT_S,
     Dynamic,
     FsxChannel,
     S3Channel,
@@ -19,6 +22,8 @@ from gpu_constructs.training_spec import (
     ShardSplit,
     TrainingJobSpec,
     channel_from_dict,
+    check_processes_per_host,
+    hyperparameter_limits,
     iter_dynamic_paths,
     service_model_problems,
     states_format,
@@ -396,3 +401,75 @@ def test_sharding_rejects_a_type_processing_does_not_accept(sharding: ShardingJo
     problems = "\n".join(replace(sharding, instance_type="ml.p5e.48xlarge").problems())
     assert "'ml.p5e.48xlarge' is not accepted by SageMaker processing" in problems
     assert replace(sharding, instance_type="ml.g5.2xlarge").problems() == []  # GPU processing is fine
+
+
+# --------------------------------------------------------------------------------------------------
+# processes_per_host: one rule for the typed field and the hyperparameter (issue 12, item 10)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"processes_per_host": 16}, "processes_per_host=16 needs 16 GPUs but 'ml.g5.xlarge' has a single GPU"),
+        (
+            {"hyperparameters": {"processes_per_host": "16"}},
+            "hyperparameters['processes_per_host']=16 needs 16 GPUs but 'ml.g5.xlarge' has a single GPU",
+        ),
+        (
+            {"hyperparameters": {"processes_per_host": "two"}},
+            "hyperparameters['processes_per_host']='two' is not an integer; allowed: 0 (one process per GPU) or 1..1",
+        ),
+        (
+            {"processes_per_host": 1, "hyperparameters": {"processes_per_host": "0"}},
+            "processes_per_host=1 and hyperparameters['processes_per_host']='0' disagree",
+        ),
+    ],
+)
+def test_processes_per_host_has_one_rule_for_the_field_and_the_hyperparameter(
+    dev: TrainingJobSpec, changes: dict, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        replace(dev, **changes).validate()
+
+
+def test_processes_per_host_overrides_are_checked_against_the_chosen_type(dev: TrainingJobSpec) -> None:
+    with pytest.raises(ValidationError, match=re.escape("processes_per_host=16 needs 16 GPUs but 'ml.g5.xlarge'")):
+        dev.to_request("gpu-dev-train-001", hyperparameter_overrides={HP_PROCESSES_PER_HOST: "16"})
+    with pytest.raises(ValidationError, match=re.escape("processes_per_host=8 is more than the 4 GPUs of 'ml.g5.12xl")):
+        dev.to_request(
+            "gpu-dev-train-001", hyperparameter_overrides={"processes_per_host": 8}, instance_type="ml.g5.12xlarge"
+        )
+    request = dev.to_request(
+        "gpu-dev-train-001", hyperparameter_overrides={"processes_per_host": "4"}, instance_type="ml.g5.12xlarge"
+    )
+    assert request["HyperParameters"][HP_PROCESSES_PER_HOST] == "4"
+    assert dev.to_request("gpu-dev-train-001", hyperparameter_overrides={"processes_per_host": "0"})
+
+
+def test_a_valid_processes_hyperparameter_drives_the_loader_workers(dev: TrainingJobSpec) -> None:
+    spec = replace(dev, instance_type="ml.g5.12xlarge", hyperparameters={"processes_per_host": "2"})
+    # 48 vCPUs / 2 processes - 2 reserved: the workers follow the hyperparameter, not the 4 GPUs
+    assert spec.distribution_for("ml.g5.12xlarge") == {HP_PROCESSES_PER_HOST: "2", HP_NUM_WORKERS: "22"}
+    assert check_processes_per_host("ml.g5.12xlarge", "4") == 4
+    assert check_processes_per_host("ml.g5.12xlarge", "0") is None
+    assert check_processes_per_host("ml.g5.12xlarge", None) is None
+
+
+def test_oversized_overrides_name_the_botocore_limit(dev: TrainingJobSpec) -> None:
+    assert hyperparameter_limits() == (100, 256, 2500)
+    with pytest.raises(ValidationError, match=r"2501-character value; allowed: names up to 256 and values up to 2500"):
+        dev.to_request("gpu-dev-train-001", hyperparameter_overrides={"note": "x" * 2501})
+
+
+# --------------------------------------------------------------------------------------------------
+# Time limits (issue 12, item 11): defined once here, imported by the config
+# --------------------------------------------------------------------------------------------------
+
+
+def test_default_max_wait_never_exceeds_the_sagemaker_limit(prod: TrainingJobSpec) -> None:
+    spec = replace(prod, max_runtime_s=MAX_RUNTIME_LIMIT_S, max_wait_s=None)
+    assert spec.effective_max_wait_s == MAX_WAIT_LIMIT_S == 2419200
+    assert spec.problems() == []
+    with pytest.raises(ValidationError, match=r"max_wait_s=2419201 is not allowed; allowed: up to 2419200 \(SageMaker"):
+        replace(prod, max_wait_s=MAX_WAIT_LIMIT_S + 1).validate()

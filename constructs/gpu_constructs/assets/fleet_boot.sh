@@ -6,7 +6,9 @@
 #   2. starts monitoring: a unit that copies kernel messages (NVIDIA Xid errors) to a log file, and the
 #      CloudWatch agent with the nvidia_gpu metrics aggregated per auto scaling group plus the logs;
 #   3. formats (first boot only) and mounts the EBS data volume, when the fleet has one;
-#   4. mounts FSx for Lustre through /etc/fstab, retrying while the file system is still starting;
+#   4. mounts FSx for Lustre through /etc/fstab, retrying while the file system is still starting (a
+#      DLAMI without the client installs it first, the FSx for Lustre user guide's way: dnf on Amazon
+#      Linux 2023, the FSx apt repository on Ubuntu, which needs a NAT path; GpuFleet checks that at synth);
 #   5. checks the GPUs: nvidia-smi shows every GPU of the instance type, then torch sees every GPU and
 #      runs a kernel on each;
 #   6. signals readiness by completing the launch lifecycle hook (CONTINUE).
@@ -27,6 +29,8 @@
 #   FSTAB [/etc/fstab], CW_AGENT_CONFIG_DIR [/opt/aws/amazon-cloudwatch-agent/etc],
 #   SYSTEMD_UNIT_DIR [/etc/systemd/system], IMDS_ENDPOINT [http://169.254.169.254],
 #   FLUSH_WAIT_SECONDS [20] (time for the agent to ship the failure log before the instance goes).
+#   Lustre client install (gpu_lib.sh): OS_RELEASE [/etc/os-release], APT_KEYRING_DIR [/usr/share/keyrings],
+#   APT_SOURCES_DIR [/etc/apt/sources.list.d], FSX_UBUNTU_KEY_URL, FSX_UBUNTU_REPO_URL.
 
 set -uo pipefail
 

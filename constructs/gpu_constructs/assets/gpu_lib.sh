@@ -103,7 +103,38 @@ PY
   log "$out"
 }
 
-# install_lustre_client: best effort through the distribution's package manager.
+# Paths of the Ubuntu install, overridable for tests.
+APT_KEYRING_DIR=${APT_KEYRING_DIR:-/usr/share/keyrings}
+APT_SOURCES_DIR=${APT_SOURCES_DIR:-/etc/apt/sources.list.d}
+OS_RELEASE=${OS_RELEASE:-/etc/os-release}
+
+# install_lustre_client_apt: the FSx for Lustre user guide's Ubuntu install ("Installing the Lustre
+# client"): the Amazon FSx apt repository for this release's codename, signed with its public key, then the
+# client modules built for the running kernel. Needs a route to the internet (NAT).
+install_lustre_client_apt() {
+  local key=https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc
+  local keyring="$APT_KEYRING_DIR/fsx-ubuntu-public-key.gpg" codename out
+  codename=$(sed -n 's/^VERSION_CODENAME=["'"'"']\{0,1\}\([a-z]*\).*/\1/p' "$OS_RELEASE")
+  mkdir -p "$APT_KEYRING_DIR" "$APT_SOURCES_DIR"
+  if ! out=$(curl -sSf "$key" | gpg --batch --yes --dearmor -o "$keyring" 2>&1); then
+    FAIL_REASON="cannot fetch the FSx repository key $key (no NAT path?): $(one_line "$out")"
+    return 1
+  fi
+  echo "deb [signed-by=$keyring] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" \
+    >"$APT_SOURCES_DIR/fsxlustreclientrepo.list"
+  if ! out=$(apt-get update 2>&1); then
+    FAIL_REASON="apt-get update failed: $(one_line "$out")"
+    return 1
+  fi
+  if ! out=$(DEBIAN_FRONTEND=noninteractive apt-get install -y "lustre-client-modules-$(uname -r)" 2>&1); then
+    FAIL_REASON="apt-get install lustre-client-modules-$(uname -r) failed: $(one_line "$out")"
+    return 1
+  fi
+}
+
+# install_lustre_client: the FSx for Lustre user guide's install for this distribution: dnf on Amazon
+# Linux 2023 (its repositories are in the Region's S3), amazon-linux-extras on Amazon Linux 2 (notebook
+# instances), the FSx apt repository on Ubuntu.
 install_lustre_client() {
   log "mount.lustre not found; installing the Lustre client"
   if command -v dnf >/dev/null 2>&1; then
@@ -111,9 +142,12 @@ install_lustre_client() {
   elif command -v amazon-linux-extras >/dev/null 2>&1; then
     amazon-linux-extras install -y lustre
   elif command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y "lustre-client-modules-$(uname -r)"
+    install_lustre_client_apt
   fi
-  command -v mount.lustre >/dev/null 2>&1
+  if ! command -v mount.lustre >/dev/null 2>&1; then
+    FAIL_REASON="the Lustre client (mount.lustre) is not installed and could not be installed${FAIL_REASON:+: $FAIL_REASON}"
+    return 1
+  fi
 }
 
 # mount_lustre DNS MOUNT_NAME PATH ATTEMPTS DELAY_SECONDS [FSTAB]
@@ -122,9 +156,9 @@ install_lustre_client() {
 mount_lustre() {
   local dns=$1 mount_name=$2 path=$3 attempts=$4 delay=$5 fstab=${6:-}
   local source="${dns}@tcp:/${mount_name}" attempt=1 out
-  if ! command -v mount.lustre >/dev/null 2>&1 && ! install_lustre_client; then
-    FAIL_REASON="the Lustre client (mount.lustre) is not installed and could not be installed"
-    return 1
+  if ! command -v mount.lustre >/dev/null 2>&1; then
+    FAIL_REASON=""
+    install_lustre_client || return 1
   fi
   if ! mkdir -p "$path"; then
     FAIL_REASON="cannot create the mount point $path"

@@ -30,7 +30,22 @@ if TYPE_CHECKING:
 PACK_NAME = "GpuPlatform"
 
 #: The rule modules, one rule each (the order is the order of the documentation).
-RULE_MODULES: tuple[str, ...] = ("retained_named_resource",)
+RULE_MODULES: tuple[str, ...] = (
+    "retained_named_resource",
+    "oidc_provider_once_per_account",
+    "dlc_torchserve_batching",
+    "endpoint_kms_key_on_instance_storage",
+    "endpoint_canary_on_one_instance",
+    "gpu_workload_instance_type",
+    "topic_admits_publishers",
+    "service_principal_source_condition",
+    "training_spot_without_checkpoint",
+    "training_max_wait_below_max_runtime",
+    "training_volume_kms_on_instance_storage",
+    "training_hyperparameter_not_string",
+    "training_instance_not_nvidia_gpu",
+    "training_image_cuda_architecture",
+)
 
 
 @cache

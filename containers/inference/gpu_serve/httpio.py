@@ -7,9 +7,14 @@ Only what a SageMaker model container needs: keep-alive, ``Content-Length`` and 
 from __future__ import annotations
 
 import asyncio
+import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+_T = TypeVar("_T")
 
 #: Largest request head (request line + headers).
 MAX_HEAD_BYTES = 64 * 1024
@@ -31,6 +36,21 @@ class HttpError(Exception):
 
 class ClientGone(Exception):
     """The client closed the connection (or stalled past the timeout) before its request was complete."""
+
+
+async def within(seconds: float, awaitable: Awaitable[_T]) -> _T:
+    """``await awaitable``, or raise the builtin ``TimeoutError`` after ``seconds``.
+
+    ``asyncio.timeout`` is new in Python 3.11; on 3.10 (the SageMaker notebooks' conda environments run
+    ``gpuctl serve``) ``asyncio.wait_for`` raises ``asyncio.TimeoutError``, a different class there.
+    """
+    if sys.version_info >= (3, 11):  # noqa: UP036 (this module also runs on 3.10)
+        async with asyncio.timeout(seconds):  # novermin
+            return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no progress within {seconds} s") from None
 
 
 @dataclass
@@ -158,19 +178,22 @@ def response(
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
+async def _drop(reader: asyncio.StreamReader, limit: int) -> None:
+    dropped = 0
+    while dropped < limit:
+        chunk = await reader.read(_CHUNK)
+        if not chunk:
+            break
+        dropped += len(chunk)
+
+
 async def linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Half-close, drop what the client still sends (bounded in time and bytes), then close."""
     try:
         await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
-        async with asyncio.timeout(LINGER_S):
-            dropped = 0
-            while dropped < LINGER_BYTES:
-                chunk = await reader.read(_CHUNK)
-                if not chunk:
-                    break
-                dropped += len(chunk)
+        await within(LINGER_S, _drop(reader, LINGER_BYTES))
     except (TimeoutError, ConnectionError, OSError):
         pass
     writer.close()

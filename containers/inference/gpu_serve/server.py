@@ -68,6 +68,13 @@ IDLE_TIMEOUT_S = 120.0
 _KNOWN_CONTENT_TYPES = frozenset((*codecs.DEFAULT_CONTENT_TYPES, *codecs.UTF8_TYPES))
 
 
+async def _read_body(reader: asyncio.StreamReader, length: int | None, limit: int) -> bytes:
+    """A sized body (``length``) or a chunked one (``None``, at most ``limit`` bytes)."""
+    if length is None:
+        return await httpio.read_chunked(reader, limit)
+    return await reader.readexactly(length) if length else b""
+
+
 class _Exchange:
     """One request's response status and the fields of its access-log line."""
 
@@ -264,8 +271,7 @@ class ServeApp:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(IDLE_TIMEOUT_S):
-                        req = await httpio.read_request(reader)
+                    req = await httpio.within(IDLE_TIMEOUT_S, httpio.read_request(reader))
                 except httpio.HttpError as exc:
                     self.log.log("warning", message=f"malformed request: {exc.message}", status=exc.status)
                     payload = {"status": exc.status, "error": HTTPStatus(exc.status).phrase, "message": exc.message}
@@ -398,8 +404,7 @@ class ServeApp:
         keep = length is not None and not req.expects_continue
         if keep and length:
             try:
-                async with asyncio.timeout(IDLE_TIMEOUT_S):
-                    await httpio.discard(reader, length)
+                await httpio.within(IDLE_TIMEOUT_S, httpio.discard(reader, length))
             except TimeoutError:
                 raise httpio.ClientGone() from None
         await self._send_error(
@@ -541,11 +546,7 @@ class ServeApp:
             if req.expects_continue:
                 writer.write(httpio.CONTINUE)
             try:
-                async with asyncio.timeout(IDLE_TIMEOUT_S):
-                    if length is None:
-                        body = await httpio.read_chunked(reader, config.max_body_bytes)
-                    else:
-                        body = await reader.readexactly(length) if length else b""
+                body = await httpio.within(IDLE_TIMEOUT_S, _read_body(reader, length, config.max_body_bytes))
             except httpio.HttpError as exc:  # chunked body over the limit, or malformed chunks
                 details = {"limit_bytes": config.max_body_bytes} if exc.status == 413 else None
                 await self._send_error(req, writer, ex, exc.status, exc.message, details=details, close=True)

@@ -22,6 +22,12 @@ Speed
 Pipe mode
     The channel's FIFO for the current pass is read as one stream of concatenated shards by the first
     worker; shard boundaries and checks come from the shards themselves.
+
+Counts
+    Each worker reports through shared memory what its stream held in the epoch (shards, samples, full
+    batches, samples dropped as its last partial batch); :meth:`ShardLoader.stats` completes a stream that
+    was not read to its end from the index. The trainer sums them over all processes after each epoch: it
+    logs what was dropped and fails a job whose epoch trained no step.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import contextlib
 import logging
 import math
 import mmap
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -177,24 +184,71 @@ class StreamConfig:
     ring_size: int = 0  # >0: loader workers reuse this many shared-memory batches in turn (see ShardLoader)
 
 
-class SharedState:
-    """Per-epoch settings the main process hands to (persistent) workers through shared memory.
+@dataclass(frozen=True)
+class StreamStats:
+    """What one loader worker's stream of one process held in an epoch.
 
-    Layout: ``[epoch, rotation, pipe_pass, skip_0 .. skip_{W-1}]`` (skips in batches).
+    ``samples`` counts the stream's share of the epoch (also what a resumed run skipped); ``batches`` the
+    batches made of it; ``dropped`` the samples of its last partial batch, which a training loader drops
+    (each worker fills its own batches, so every worker of every process may drop one). ``complete``: the
+    counts cover the whole share (the stream was read to its end, or the index gives them); otherwise they
+    are what was read so far.
+    """
+
+    shards: int = 0
+    samples: int = 0
+    batches: int = 0
+    dropped: int = 0
+    complete: bool = False
+
+
+STAT_FIELDS = 6  # per worker: epoch + 1 (0: nothing recorded), shards, samples, batches, dropped, complete
+
+
+class SharedState:
+    """Per-epoch settings the main process hands to (persistent) workers through shared memory, and what
+    the workers report back.
+
+    Layout: ``[epoch, rotation, pipe_pass, skip_0 .. skip_{W-1}, stats_0 .. stats_{W-1}, pid_0 .. pid_{W-1}]``
+    (skips in batches; each ``stats_w`` is :data:`STAT_FIELDS` numbers, written by the worker that plays
+    logical worker ``w``; ``pid_p`` the process id of physical worker ``p``, written when it starts).
     """
 
     def __init__(self, num_workers: int) -> None:
         self.slots = max(1, num_workers)
-        self.tensor = torch.zeros(3 + self.slots, dtype=torch.int64).share_memory_()
+        self._pids = 3 + self.slots * (1 + STAT_FIELDS)
+        self.tensor = torch.zeros(self._pids + self.slots, dtype=torch.int64).share_memory_()
 
     def set(self, epoch: int, rotation: int, pipe_pass: int, skips: Sequence[int]) -> None:
+        """Settings for a new epoch; clears the workers' reports."""
         values = [epoch, rotation, pipe_pass, *list(skips)]
-        values += [0] * (3 + self.slots - len(values))
-        self.tensor.copy_(torch.tensor(values, dtype=torch.int64))
+        values += [0] * (self._pids - len(values))
+        self.tensor[: self._pids] = torch.tensor(values, dtype=torch.int64)
 
     def get(self) -> tuple[int, int, int, list[int]]:
-        values = self.tensor.tolist()
+        values = self.tensor[: 3 + self.slots].tolist()
         return values[0], values[1], values[2], values[3:]
+
+    def record(self, worker: int, epoch: int, stats: StreamStats) -> None:
+        start = 3 + self.slots + worker * STAT_FIELDS
+        values = [epoch + 1, stats.shards, stats.samples, stats.batches, stats.dropped, int(stats.complete)]
+        self.tensor[start : start + STAT_FIELDS] = torch.tensor(values, dtype=torch.int64)
+
+    def stats(self, epoch: int) -> list[StreamStats | None]:
+        """Each logical worker's report for ``epoch`` (None: it has not started that epoch)."""
+        values = self.tensor[3 + self.slots : self._pids].tolist()
+        out: list[StreamStats | None] = []
+        for worker in range(self.slots):
+            tag, shards, samples, batches, dropped, complete = values[worker * STAT_FIELDS : (worker + 1) * STAT_FIELDS]
+            out.append(StreamStats(shards, samples, batches, dropped, bool(complete)) if tag == epoch + 1 else None)
+        return out
+
+    def set_pid(self, worker: int, pid: int) -> None:
+        self.tensor[self._pids + worker] = pid
+
+    def pids(self) -> list[int]:
+        """Process ids of the workers that have started (none without worker processes)."""
+        return [pid for pid in self.tensor[self._pids :].tolist() if pid]
 
 
 class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
@@ -223,6 +277,27 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
         cfg = self.config
         mine = order[cfg.rank :: cfg.world] if self.split_by_shard() else order
         return mine[worker :: max(1, cfg.num_workers)]
+
+    def _rank_samples(self, ref: ShardRef) -> int | None:
+        """How many samples of shard ``ref`` this process reads (None: the count is not known)."""
+        if ref.samples is None or self.split_by_shard():
+            return ref.samples
+        return len(range(self.config.rank, ref.samples, self.config.world))
+
+    def expected_stats(self, epoch: int, worker: int) -> StreamStats | None:
+        """What logical worker ``worker``'s stream holds in ``epoch``, from the index (None: not known)."""
+        cfg = self.config
+        if cfg.source.is_pipe:
+            return None
+        shards = self.worker_shards(epoch, worker)
+        counts = [self._rank_samples(cfg.source.shards[i]) for i in shards]
+        if any(c is None for c in counts):
+            return None
+        samples = sum(c or 0 for c in counts)
+        batches, rest = divmod(samples, cfg.batch_size)
+        if not cfg.drop_last and rest:
+            return StreamStats(len(shards), samples, batches + 1, 0, complete=True)
+        return StreamStats(len(shards), samples, batches, rest if cfg.drop_last else 0, complete=True)
 
     # -- reading
 
@@ -322,9 +397,7 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
             return
         for shard_id in self.worker_shards(epoch, worker):
             ref = source.shards[shard_id]
-            per_rank = ref.samples
-            if per_rank is not None and not self.split_by_shard():
-                per_rank = len(range(self.config.rank, per_rank, self.config.world))
+            per_rank = self._rank_samples(ref)
             if per_rank is not None and skip_samples >= per_rank:
                 skip_samples -= per_rank  # skip a whole shard without reading it
                 continue
@@ -433,7 +506,17 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
         label_values = labels.numpy()
         filled = 0
         seq = skip_batches
+        shards = 0
+
+        def report(finished: bool) -> None:
+            dropped = filled if finished and cfg.drop_last else 0
+            batches = seq + (1 if finished and filled and not cfg.drop_last else 0)
+            stats = StreamStats(shards, seq * cfg.batch_size + filled, batches, dropped, finished)
+            self.state.record(logical, epoch, stats)
+
+        report(False)
         for shard_pixels, shard_labels, order in self._orders(epoch, logical, pipe_pass, skip_batches * cfg.batch_size):
+            shards += 1
             position = 0
             while position < len(order):
                 take = min(cfg.batch_size - filled, len(order) - position)
@@ -451,6 +534,9 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
                     images, labels = next(buffers)
                     pixels = images.numpy()
                     label_values = labels.numpy()
+            report(False)
+        # Reported before the last item: the consumer may stop asking once it has it.
+        report(True)
         if filled and not cfg.drop_last:
             yield images[:filled].clone(), labels[:filled].clone(), logical, seq
 
@@ -458,15 +544,22 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
 # ------------------------------------------------------------------------------------------ the loader
 
 
-def _own_process_group(_worker_id: int) -> None:
-    """Move a loader worker out of its training process's process group.
+class _WorkerInit:
+    """``worker_init_fn``: record the worker's process id and move it out of its training process's group.
 
     torchrun stops a training process by signalling its whole process group; a loader worker killed by
     that SIGTERM would fail the very step that must write the checkpoint. Outside the group, the worker
-    is shut down by its parent's DataLoader as usual (or exits when the parent dies).
+    is shut down by its parent's DataLoader as usual (or by :meth:`ShardLoader.terminate`, or exits when
+    the parent dies).
     """
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
+
+    def __init__(self, state: SharedState) -> None:
+        self.state = state
+
+    def __call__(self, worker_id: int) -> None:
+        self.state.set_pid(worker_id, os.getpid())
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
 
 
 def auto_workers(num_cpus: int, procs_per_host: int) -> int:
@@ -526,7 +619,7 @@ class ShardLoader:
             kwargs.update(
                 prefetch_factor=prefetch_factor,
                 persistent_workers=persistent_workers,
-                worker_init_fn=_own_process_group,
+                worker_init_fn=_WorkerInit(self.state),
                 multiprocessing_context="fork" if os.name == "posix" else None,
             )
         self.loader = DataLoader(
@@ -537,6 +630,35 @@ class ShardLoader:
             **kwargs,
         )
         self.pipe_pass = 0  # Pipe mode: FIFO <channel>_<n> for the n-th pass in this container
+
+    def expected_stats(self, epoch: int) -> list[StreamStats | None]:
+        """Each worker's stream in ``epoch`` as the index predicts it (None where counts are unknown)."""
+        return [self.dataset.expected_stats(epoch, w) for w in range(max(1, self.config.num_workers))]
+
+    def stats(self, epoch: int) -> list[StreamStats]:
+        """Each worker's stream in ``epoch``: as read when it was read to its end, else as the index predicts,
+        else what was read so far (``complete=False``: an epoch that another process ended first)."""
+        out = []
+        for reported, expected in zip(self.state.stats(epoch), self.expected_stats(epoch), strict=True):
+            if reported is not None and reported.complete:
+                out.append(reported)
+            elif expected is not None:
+                out.append(expected)
+            else:
+                out.append(reported or StreamStats())
+        return out
+
+    def terminate(self) -> None:
+        """End the worker processes now (the job stops; a worker may be blocked in a read that never returns).
+
+        SIGTERM from the parent makes a DataLoader worker exit at once with status 0 (torch's worker signal
+        handler), which its DataLoader accepts as a normal end; otherwise the DataLoader's shutdown would wait
+        5 s per blocked worker before killing it.
+        """
+        mine = set(self.state.pids())
+        for child in multiprocessing.active_children():  # live children only: a recorded pid may be reused
+            if child.pid in mine:
+                child.terminate()
 
     def can_resume(self, saved: LoaderState) -> bool:
         return saved.num_workers == self.config.num_workers and saved.world == self.config.world

@@ -50,6 +50,14 @@ class DistContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.control)
         return [float(v) for v in tensor.tolist()]
 
+    def minimum(self, *values: float) -> list[float]:
+        """Minimum of each value over all processes."""
+        if not self.distributed:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.control)
+        return [float(v) for v in tensor.tolist()]
+
     def gather(self, obj: Any) -> list[Any]:
         if not self.distributed:
             return [obj]

@@ -9,7 +9,8 @@
    ``torchrun`` with one process per GPU on every host (static rendezvous on the first host of
    ``resourceconfig.json``), forwarding SIGTERM/SIGINT to it;
 5. exits 0 when the model is written, 143 when stopped by SIGTERM (after a checkpoint), 1 on failure
-   with the cause in ``/opt/ml/output/failure``.
+   with the cause in ``/opt/ml/output/failure`` (also when an epoch trains no step: see
+   ``Trainer._end_of_epoch``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ from gpu_train.process import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, StopFlag, setu
 log = logging.getLogger("gpu_train")
 
 DEFAULT_MASTER_PORT = 29500
-# SageMaker sends SIGKILL 120 s after SIGTERM; leave the training processes most of that window.
+# SageMaker ends a job 120 s after SIGTERM: "To stop a job, SageMaker sends the algorithm the SIGTERM signal,
+# which delays job termination for 120 seconds" (SageMaker API Reference, StopTrainingJob and StoppingCondition,
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StopTrainingJob.html; the same text in botocore
+# 1.44.5's sagemaker model). Leave the training processes most of that window; a process waiting for data stops
+# at once (see StopFlag.interruptible).
 STOP_GRACE_S = 110
 
 

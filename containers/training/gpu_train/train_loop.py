@@ -36,17 +36,20 @@ from gpu_train.data import (
     discover,
 )
 from gpu_train.distributed import DistContext
-from gpu_train.errors import ConfigError, HyperparameterError
+from gpu_train.errors import ConfigError, DataError, HyperparameterError
 from gpu_train.hyperparameters import Hyperparameters
 from gpu_train.models import build_model, default_stem
 from gpu_train.pipe import PIPE_DIR_ENV, rank_channel
-from gpu_train.process import StopFlag
+from gpu_train.process import StopFlag, StopRequested
 from gpu_train.sagemaker import SageMakerEnv
 
 log = logging.getLogger(__name__)
 
 COMPLETED = "completed"
 STOPPED = "stopped"
+# An epoch that trains less than this share of its samples (partial batches dropped by each loader worker,
+# batches left when another process ran out first) is logged as a warning with what to change.
+UNTRAINED_WARNING_SHARE = 0.10
 
 
 @dataclass
@@ -90,6 +93,8 @@ class Trainer:
         self.on_step = on_step
         self.device = ctx.device
         self.progress = Progress()
+        self._got_data = False  # a training batch has arrived in this container
+        self._pipe_pass = 0
         self.checkpoints = CheckpointManager(env.paths.checkpoint_dir, keep=hp.keep_checkpoints)
         self._setup()
 
@@ -380,6 +385,8 @@ class Trainer:
             if outcome == STOPPED:
                 return self._stop()
             epoch = self.progress.epoch
+            if outcome == "epoch":
+                self._end_of_epoch(epoch)  # fails the job when the epoch trained nothing
             self.validate(epoch)
             if outcome == "epoch":
                 self.progress.epoch = epoch + 1
@@ -392,20 +399,46 @@ class Trainer:
             self.export()
         return COMPLETED
 
+    def _source_text(self, pipe_pass: int) -> str:
+        """Where the training data comes from, for messages: the channel, its mode and its FIFO or shards."""
+        channel = self.train_source.channel
+        if self.train_source.is_pipe:
+            return f"channel {channel.name!r} (Pipe mode, FIFO {channel.pipe_path(pipe_pass)})"
+        return f"channel {channel.name!r} ({channel.mode} mode, {len(self.train_source.shards)} shards)"
+
     def _train_epoch(self, epoch: int) -> str:
         """Train until the data of ``epoch`` runs out ("epoch"), max_steps ("max_steps") or a stop."""
         hp, ctx = self.hp, self.ctx
         self.net.train()
+        self._pipe_pass = self.train_loader.pipe_pass  # the FIFO this epoch reads (Pipe mode)
         batches = self.pipeline.batches(self.train_loader.epoch(epoch, self.progress.position), train=True)
         window_loss = torch.zeros((), device=self.device)
         window_steps, window_wait = 0, 0.0
         window_start = time.perf_counter()
         while True:
+            first = not self._got_data
+            if first:
+                log.info("waiting for the first batch of %s", self._source_text(self._pipe_pass))
             fetch_start = time.perf_counter()
-            batch = next(batches, None)
+            interrupted = False
+            try:
+                # SIGTERM interrupts a read that blocks (an empty Pipe FIFO, a FastFile object that does not
+                # arrive), so the job stops within seconds instead of at SageMaker's SIGKILL.
+                with self.stop.interruptible():
+                    batch = next(batches, None)
+            except StopRequested:
+                batch, interrupted = None, True
+                log.warning(
+                    "stopped by %s while waiting for the %s of %s (waited %.1f s)",
+                    self.stop.signal_name,
+                    "first batch" if first else "next batch",
+                    self._source_text(self._pipe_pass),
+                    time.perf_counter() - fetch_start,
+                )
+            self._got_data = self._got_data or batch is not None
             window_wait += time.perf_counter() - fetch_start
             # Every process agrees on stopping and on the end of the epoch at the same step.
-            stop, exhausted = ctx.sync_flags(self.stop.requested, batch is None)
+            stop, exhausted = ctx.sync_flags(self.stop.requested or interrupted, batch is None and not interrupted)
             if stop:
                 return STOPPED
             if exhausted or batch is None:
@@ -451,12 +484,101 @@ class Trainer:
             if hp.max_steps and step >= hp.max_steps:
                 return "max_steps"
 
+    def _end_of_epoch(self, epoch: int) -> None:
+        """Count what the epoch trained and dropped (all processes, collectively); fail when it trained nothing.
+
+        Every process ends an epoch at the same step (the *exhausted* flag), so all of them get here, agree on
+        the step count and raise the same error: no process is left waiting in a collective.
+        """
+        hp, ctx = self.hp, self.ctx
+        position = self.progress.position
+        steps = sum(position.consumed) if position is not None and position.epoch == epoch else 0
+        streams = self.train_loader.stats(epoch)
+        channel = self.train_source.channel
+        host_shards = len(self.train_source.shards) if ctx.local_rank == 0 else 0
+        sums = ctx.sum(
+            sum(s.samples for s in streams),
+            sum(s.dropped for s in streams),
+            sum(s.shards for s in streams),
+            float(host_shards),
+            float(sum(not s.complete for s in streams)),
+        )
+        samples, dropped, shards_read, host_shards_sum, partial = (int(v) for v in sums)
+        (smallest,) = (int(v) for v in ctx.minimum(max(s.samples for s in streams)))
+        if self.train_source.is_pipe:
+            shards = shards_read
+        else:
+            shards = host_shards_sum if channel.sharded_by_key else len(self.train_source.shards)
+        world, workers = ctx.world, self.num_workers
+        per_process = f"{workers} loader worker{'s' if workers != 1 else ''}" if workers else "1 loader stream each"
+        stream_count = world * max(1, workers)
+        split = f"{world} process{'es' if world != 1 else ''} x {per_process}"
+        if steps == 0:
+            raise DataError(self._no_step_reason(epoch, samples, shards, smallest, stream_count, split))
+        trained = steps * hp.batch_size * world
+        untrained = max(0, samples - trained)
+        unused = max(0, untrained - dropped)
+        line = f"epoch {epoch}: {steps} steps trained {trained} of {'at least ' if partial else ''}{samples} samples"
+        line += f" of channel {channel.name!r}"
+        advice = []
+        if dropped:
+            line += (
+                f"; {dropped} ({100 * dropped / max(1, samples):.0f}%) dropped as partial batches ({stream_count} "
+                f"loader streams: {split}, each filling its own batches of batch_size={hp.batch_size} and dropping "
+                "its last partial one; other samples are dropped in other epochs)"
+            )
+            advice.append("lower batch_size or num_workers" if workers > 1 else "lower batch_size")
+        if unused and not partial:
+            line += f"; {unused} unused because another process ran out of batches first"
+            advice.append("give every process the same number of samples (shards of equal size, a multiple of "
+                          "the process count)")  # fmt: skip
+        if ctx.is_leader:
+            if samples and untrained / samples >= UNTRAINED_WARNING_SHARE and advice:
+                log.warning("%s. To train on more of each epoch, %s.", line, ", or ".join(advice))
+            else:
+                log.info("%s", line)
+
+    def _no_step_reason(
+        self, epoch: int, samples: int, shards: int, smallest: int, stream_count: int, split: str
+    ) -> str:
+        channel = self.train_source.channel
+        head = f"no training step in epoch {epoch}: channel {channel.name!r}"
+        if samples == 0 and self.train_source.is_pipe:
+            fifo = channel.pipe_path(self._pipe_pass)
+            got = "ended without data (0 shards)" if shards == 0 else f"delivered {shards} shards with no sample"
+            return (
+                f"{head} (Pipe mode) delivered no samples: the FIFO {fifo} {got}. Check that the channel's S3Uri "
+                "prefix selects the shard objects (e.g. s3://bucket/dataset/shard-) and that they are not empty."
+            )
+        if samples == 0:
+            return f"{head} ({channel.mode} mode, {shards} shards) holds no samples; re-pack the data with " \
+                "`gpuctl shard SRC DEST`."  # fmt: skip
+        mode = "Pipe mode" if self.train_source.is_pipe else f"{channel.mode} mode, {shards} shards"
+        reason = (
+            f"{head} ({mode}) gave {samples} samples, split into {stream_count} loader streams ({split}); each "
+            f"stream fills its own batches of batch_size={self.hp.batch_size} and drops its last partial batch, "
+        )
+        if smallest == 0:
+            return reason + (
+                "and at least one process received no sample. Lower processes_per_host or the instance count, or "
+                "add training data (at least as many shards as processes)."
+            )
+        workers = f", or lower num_workers (now {self.num_workers})" if self.num_workers > 1 else ""
+        return reason + (
+            f"and the largest stream of the process with the least data had {smallest} samples. Set batch_size "
+            f"to at most {smallest}{workers}, or add training data."
+        )
+
     def _stop(self) -> str:
         waited = time.monotonic() - self.stop.at if self.stop.at is not None else 0.0
         if self.progress.global_step > 0:
             path = self.save_checkpoint(f"{self.stop.signal_name or 'stop'} received {waited:.1f} s earlier")
             if path is not None:
                 log.info("stopping after step %d; resume by restarting the job", self.progress.global_step)
+        # The loader workers may be blocked in a read that never returns: end them now, not at exit.
+        for loader in (self.train_loader, self.val_loader):
+            if loader is not None:
+                loader.terminate()
         return STOPPED
 
     # -------------------------------------------------------------------------------------- validation
@@ -470,8 +592,19 @@ class Trainer:
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
         count = 0
         criterion = nn.CrossEntropyLoss(reduction="sum")
+        interrupted = False
+        items = self.val_loader.epoch(epoch)
         with torch.no_grad():
-            for images, labels, _ in self.val_loader.epoch(epoch):
+            while True:
+                try:
+                    with self.stop.interruptible():  # a stop skips the rest of validation (and its metric line)
+                        item = next(items, None)
+                except StopRequested:
+                    interrupted = True
+                    break
+                if item is None:
+                    break
+                images, labels, _ = item
                 x = self.pipeline.transform(images.to(self.device, non_blocking=True), train=False)
                 y = labels.to(self.device, non_blocking=True)
                 with self._autocast():
@@ -479,9 +612,11 @@ class Trainer:
                 loss_sum += criterion(logits.float(), y).double()
                 correct += (logits.argmax(1) == y).sum()
                 count += int(y.numel())
-        total_loss, total_correct, total = self.ctx.sum(float(loss_sum.item()), float(correct.item()), float(count))
+        total_loss, total_correct, total, stopped = self.ctx.sum(
+            float(loss_sum.item()), float(correct.item()), float(count), float(interrupted)
+        )
         self.net.train()
-        if total == 0:
+        if total == 0 or stopped:
             return None
         loss, accuracy = total_loss / total, total_correct / total
         if self.ctx.is_leader:

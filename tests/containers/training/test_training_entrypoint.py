@@ -115,6 +115,8 @@ def test_two_process_ddp_over_torchrun_with_a_pipe_mode_channel(
     steps = [line.split()[1] for line in output.splitlines() if line.startswith("epoch=0 step=")]
     # 16 shards dealt to 2 processes -> 96 samples each / 16 per batch = 6 steps, each over both processes.
     assert steps == ["step=2", "step=4", "step=6"]
+    # Counted over both processes: every sample of the epoch trained, none dropped as a partial batch.
+    assert "epoch 0: 6 steps trained 192 of 192 samples of channel 'train'\n" in output
     validation = [line for line in output.splitlines() if line.startswith("epoch=0 val_loss=")]
     assert len(validation) == 1 and validation[0].endswith("val_samples=192")  # both halves counted once
     assert root.checkpoints == ["checkpoint-000000006.pt"]

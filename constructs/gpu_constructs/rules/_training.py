@@ -1,0 +1,187 @@
+"""CreateTrainingJob requests as templates carry them (a helper of the training rules; not a rule itself).
+
+Two places hold a training job's parameters in a CloudFormation template:
+
+* ``AWS::SageMaker::TrainingJob``: its ``Properties`` are the CreateTrainingJob request;
+* ``AWS::StepFunctions::StateMachine``: every ``Task`` state whose ``Resource`` is
+  ``arn:<partition>:states:::sagemaker:createTrainingJob`` (or ``.sync``) sends its ``Parameters`` (JSONPath) or
+  ``Arguments`` (JSONata) as the request. The definition is often an ``Fn::Join``; it is flattened (references
+  become ``${LogicalId}`` text) and parsed, and skipped when it cannot be parsed. States nested in ``Parallel``
+  branches and ``Map`` item processors are included.
+
+Values decided at run or deploy time (a ``"Key.$"`` JSONPath, a ``{% JSONata %}`` expression, an intrinsic
+function, a flattened ``${...}`` reference) read as :data:`UNKNOWN`, so rules skip them rather than guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_constructs.rules._rule import COMPLIANT, NON_COMPLIANT, NOT_APPLICABLE, Resource, Result, flatten
+
+STATE_MACHINE = "AWS::StepFunctions::StateMachine"
+TRAINING_JOB = "AWS::SageMaker::TrainingJob"
+RESOURCE_TYPES = (STATE_MACHINE, TRAINING_JOB)
+_TASK_RESOURCE = re.compile(r"^arn:(\$\{[^}]*\}|[^:$]+):states:::sagemaker:createTrainingJob(\.sync)?$")
+
+
+class _Unknown:
+    """A value set at run or deploy time."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """One CreateTrainingJob request: ``where`` is the state name ("" for an ``AWS::SageMaker::TrainingJob``)."""
+
+    where: str
+    params: Any
+
+    def get(self, *path: str) -> Any:
+        """The literal value at ``path``; ``None`` when absent; :data:`UNKNOWN` when decided at run/deploy time."""
+        node = self.params
+        for key in path:
+            if not isinstance(node, Mapping):
+                return UNKNOWN
+            if key in node:
+                node = node[key]
+            elif f"{key}.$" in node:
+                return UNKNOWN
+            else:
+                return None
+        return _literal(node)
+
+    def flat(self, *path: str) -> str | None:
+        """The value at ``path`` as text with references as ``${...}`` (an image URI joined from parts);
+        ``None`` when absent or set at run time."""
+        node = self.params
+        for key in path:
+            if not isinstance(node, Mapping) or key not in node:
+                return None
+            node = node[key]
+        if isinstance(node, str) and node.strip().startswith("{%"):
+            return None
+        return flatten(node) if isinstance(node, str | Mapping) else None
+
+    def text(self, *path: str) -> str | None:
+        """A literal string at ``path`` without references (``None`` when absent, unknown or not a string)."""
+        value = self.get(*path)
+        return value if isinstance(value, str) and "${" not in value else None
+
+
+def _literal(value: Any) -> Any:
+    if isinstance(value, Mapping) and len(value) == 1 and next(iter(value)).startswith(("Fn::", "Ref")):
+        return UNKNOWN
+    if isinstance(value, str) and value.strip().startswith("{%"):
+        return UNKNOWN
+    return value
+
+
+def training_requests(resource: Resource) -> list[TrainingRequest]:
+    """Every CreateTrainingJob request of the resource (empty when it has none or cannot be read)."""
+    if resource.type == TRAINING_JOB:
+        return [TrainingRequest("", resource.properties)]
+    definition = _definition(resource.properties)
+    if definition is None:
+        return []
+    return [TrainingRequest(name, params) for name, params in _tasks(definition)]
+
+
+def _definition(properties: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    body = properties.get("Definition")
+    if isinstance(body, Mapping):
+        return body
+    text = properties.get("DefinitionString")
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(flatten(text))
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, Mapping) else None
+
+
+def _tasks(machine: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    states = machine.get("States")
+    if not isinstance(states, Mapping):
+        return
+    for name, state in states.items():
+        if not isinstance(state, Mapping):
+            continue
+        resource = state.get("Resource")
+        if state.get("Type") == "Task" and isinstance(resource, str) and _TASK_RESOURCE.match(resource):
+            yield str(name), state.get("Parameters", state.get("Arguments", {}))
+        for branch in _children(state):
+            yield from _tasks(branch)
+
+
+def _children(state: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    nested = [b for b in state.get("Branches") or [] if isinstance(b, Mapping)]
+    for key in ("ItemProcessor", "Iterator"):
+        if isinstance(state.get(key), Mapping):
+            nested.append(state[key])
+    return nested
+
+
+def verdict(resource: Resource, requests: Sequence[TrainingRequest], findings: Sequence[str]) -> Result:
+    """NOT_APPLICABLE without requests; a training job resource is NON_COMPLIANT or COMPLIANT; a state machine gets
+    one finding per state (``findings`` are the bad states, or ``state:detail``)."""
+    if not requests:
+        return NOT_APPLICABLE
+    if resource.type == TRAINING_JOB:
+        return NON_COMPLIANT if findings else COMPLIANT
+    return list(findings)
+
+
+_ECR_IMAGE = re.compile(r"^[^/]+\.dkr\.ecr\.[^/]+/(?P<repository>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9._-]+)$")
+_CUDA_TAG = re.compile(r"(?:^|-)(cu\d{3})(?:-|$)")
+
+
+@dataclass(frozen=True)
+class GpuImage:
+    """A training image known to be built for NVIDIA GPUs, from its literal ECR tag."""
+
+    uri: str
+    #: The CUDA version of the tag (``cu129`` -> ``12.9``), ``None`` when the tag does not say.
+    cuda: str | None
+
+
+def gpu_image(uri: Any) -> GpuImage | None:
+    """The image when its literal tag marks an NVIDIA GPU build (AWS Deep Learning Containers:
+    ``<version>-gpu-<python>-cu<NNN>-<os>-sagemaker``); ``None`` for anything else: CPU images, tags decided at
+    deploy time (``${...}``), images of unknown naming. The registry part may contain references."""
+    if not isinstance(uri, str):
+        return None
+    name = uri.rsplit("/", 1)[-1] if "/" in uri else uri
+    if "${" in name or "@" in uri:
+        return None
+    match = _ECR_IMAGE.match(re.sub(r"\$\{[^}]*\}", "x", uri))
+    if match is None:
+        return None
+    tag = match.group("tag")
+    cuda = _CUDA_TAG.search(tag)
+    if "-gpu-" not in f"-{tag}-" and cuda is None:
+        return None
+    return GpuImage(uri, cuda.group(1) if cuda else None)
+
+
+def catalog_entry(instance_type: str | None) -> Any:
+    """The GPU catalog's entry of a literal instance type (``None`` when unknown or not literal)."""
+    from gpu_constructs.catalog import lookup
+    from gpu_constructs.errors import ValidationError
+
+    if instance_type is None:
+        return None
+    try:
+        return lookup(instance_type)
+    except ValidationError:
+        return None

@@ -1,0 +1,40 @@
+"""CreateTrainingJob takes only strings as hyperparameter values.
+
+botocore 1.44.5 (sagemaker): ``CreateTrainingJobRequest.HyperParameters`` is the map ``HyperParameters`` of
+``HyperParameterKey`` (string, ``max: 256``) to ``HyperParameterValue`` (string, ``max: 2500``, ``pattern: .*``).
+A number or boolean in a template (``"epochs": 30``) passes CloudFormation's template checks of a Step Functions
+definition, but the task fails when the state machine runs (and ``AWS::SageMaker::TrainingJob`` fails to create).
+(The member's prose still says values are "limited to 256 characters"; the newer shape metadata, 2500, wins.)
+
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines.
+Finding per bad value: ``<state>:<key>``. Values set at run time (``"Key.$"``, JSONata, intrinsics) are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_constructs.rules._rule import Resource, Result, rule
+from gpu_constructs.rules._training import RESOURCE_TYPES, UNKNOWN, training_requests, verdict
+
+
+@rule(
+    id="TrainingHyperParameterNotString",
+    resource_types=RESOURCE_TYPES,
+    info="A HyperParameters value is not a string: CreateTrainingJob accepts only strings (map of "
+    'HyperParameterKey to HyperParameterValue). Quote it, e.g. "epochs": "30".',
+    doc=__doc__,
+)
+def check(resource: Resource) -> Result:
+    requests = training_requests(resource)
+    findings: list[str] = []
+    for request in requests:
+        values = request.get("HyperParameters")
+        if not isinstance(values, Mapping):
+            continue
+        for key, value in values.items():
+            if str(key).endswith(".$") or request.get("HyperParameters", str(key)) is UNKNOWN:
+                continue
+            if not isinstance(value, str):
+                findings.append(f"{request.where}:{key}")
+    return verdict(resource, requests, findings)

@@ -1,0 +1,43 @@
+"""The CUDA version of a training image must support the GPU architecture of the instance type.
+
+A CUDA toolkit compiles native code only for the compute capabilities it knows, from the first toolkit that
+supports an architecture until the major version that drops it (NVIDIA "CUDA Toolkit, Driver, and Architecture
+Matrix", https://docs.nvidia.com/datacenter/tesla/drivers/cuda-toolkit-driver-and-architecture-matrix.html; CUDA
+13.0 dropped Maxwell, Pascal and Volta, CUDA 12.0 dropped Kepler; Hopper needs 11.8, Blackwell 12.8). A PyTorch
+build without the GPU's architecture fails on it with "no kernel image is available for execution on the
+device". The windows are the platform's ``gpu_constructs.cuda`` table; the check is the catalog's
+``cuda_support_problem``.
+
+The image's CUDA version is read from a literal AWS Deep Learning Container tag (``...-cu129-...`` = CUDA 12.9).
+
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines.
+Non-compliant: a literal ``cuNNN`` image tag and a literal ``ResourceConfig.InstanceType`` with an NVIDIA GPU whose
+architecture that CUDA version cannot build for. Anything set at run or deploy time is not judged.
+"""
+
+from __future__ import annotations
+
+from gpu_constructs.rules._rule import Resource, Result, rule
+from gpu_constructs.rules._training import RESOURCE_TYPES, catalog_entry, gpu_image, training_requests, verdict
+
+
+@rule(
+    id="TrainingImageCudaArchitecture",
+    resource_types=RESOURCE_TYPES,
+    info="The training image's CUDA version cannot build for the instance type's GPU architecture: the job fails "
+    "with 'no kernel image is available'. Use an image whose CUDA supports the GPU, or another GPU type.",
+    doc=__doc__,
+)
+def check(resource: Resource) -> Result:
+    from gpu_constructs.catalog import cuda_support_problem
+
+    requests = training_requests(resource)
+    bad = []
+    for request in requests:
+        image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
+        entry = catalog_entry(request.text("ResourceConfig", "InstanceType"))
+        if image is None or image.cuda is None or entry is None or not entry.has_nvidia_gpu:
+            continue
+        if cuda_support_problem(entry, image.cuda) is not None:
+            bad.append(f"{request.where}:{image.cuda}")
+    return verdict(resource, requests, bad)

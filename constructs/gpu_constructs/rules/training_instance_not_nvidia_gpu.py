@@ -1,0 +1,37 @@
+"""A training job whose image is built for NVIDIA GPUs must run on an instance type with an NVIDIA GPU.
+
+An AWS Deep Learning Container GPU image (tag ``<version>-gpu-<python>-cu<NNN>-<os>-sagemaker``, AWS "Available
+Deep Learning Containers Images", https://github.com/aws/deep-learning-containers/blob/master/available_images.md)
+runs its CUDA code on the host's NVIDIA GPU. On a CPU type (``ml.m5``, ``ml.c5``), an AWS Trainium/Inferentia type
+(Neuron, not CUDA) or any other type without an NVIDIA GPU, CUDA finds no device: the job either fails ("no CUDA
+GPUs are available") or trains on the CPU at a fraction of the speed while billing for the instance. Which types
+have an NVIDIA GPU comes from the platform's GPU catalog (checked against botocore's SageMaker enums).
+
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines.
+Non-compliant: a literal GPU image tag (``-gpu-`` or ``cuNNN``) with a literal ``ResourceConfig.InstanceType``
+that the catalog lists without an NVIDIA GPU. Images and types set at run or deploy time, images of unknown naming
+and types missing from the catalog are not judged.
+"""
+
+from __future__ import annotations
+
+from gpu_constructs.rules._rule import Resource, Result, rule
+from gpu_constructs.rules._training import RESOURCE_TYPES, catalog_entry, gpu_image, training_requests, verdict
+
+
+@rule(
+    id="TrainingInstanceNotNvidiaGpu",
+    resource_types=RESOURCE_TYPES,
+    info="A training job runs a GPU (CUDA) image on an instance type without an NVIDIA GPU: CUDA finds no device. "
+    "Use an NVIDIA GPU training type (ml.g5, ml.g6, ml.p4d, ml.p5 ...) or a CPU image.",
+    doc=__doc__,
+)
+def check(resource: Resource) -> Result:
+    requests = training_requests(resource)
+    bad = []
+    for request in requests:
+        image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
+        entry = catalog_entry(request.text("ResourceConfig", "InstanceType"))
+        if image is not None and entry is not None and not entry.has_nvidia_gpu:
+            bad.append(request.where)
+    return verdict(resource, requests, bad)

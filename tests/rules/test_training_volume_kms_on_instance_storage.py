@@ -1,0 +1,46 @@
+"""TrainingVolumeKmsOnInstanceStorage: VolumeKmsKeyId on a type with local NVMe."""
+
+from __future__ import annotations
+
+from rule_helpers import findings, template
+from training_templates import request, state_machine, training_job
+
+RULE = "TrainingVolumeKmsOnInstanceStorage"
+KEY = {"Fn::GetAtt": ["Key", "Arn"]}
+
+
+def _resources(instance_type: object, key: object | None = KEY) -> dict:
+    config: dict = {"InstanceCount": 1, "VolumeSizeInGB": 100, "InstanceType": instance_type}
+    if key is not None:
+        config["VolumeKmsKeyId"] = key
+    return config
+
+
+def test_a_volume_key_on_local_nvme_is_a_finding() -> None:
+    # ml.g5.xlarge: 250 GB local NVMe; ml.p3.2xlarge: EBS only
+    tpl = template(
+        Machine=state_machine(
+            request(ResourceConfig=_resources("ml.p3.2xlarge")), request(ResourceConfig=_resources("ml.g5.xlarge"))
+        ),
+        Job=training_job(request(ResourceConfig=_resources("ml.p4d.24xlarge", key="alias/data"))),
+    )
+    found = findings(RULE, tpl)
+    assert sorted((f.logical_id, f.id) for f in found) == [
+        ("Job", "GpuPlatform::GpuPlatform-TrainingVolumeKmsOnInstanceStorage"),
+        ("Machine", "GpuPlatform::GpuPlatform-TrainingVolumeKmsOnInstanceStorage[Train1]"),
+    ]
+
+
+def test_ebs_only_types_no_key_and_runtime_types_are_compliant() -> None:
+    tpl = template(
+        A=state_machine(
+            request(ResourceConfig=_resources("ml.p3.2xlarge")),
+            request(ResourceConfig=_resources("ml.g5.xlarge", key=None)),
+        ),
+        B=state_machine(
+            request(ResourceConfig={"InstanceType.$": "$.type", "InstanceCount": 1, "VolumeKmsKeyId": "k"})
+        ),
+        C=training_job(request(ResourceConfig=_resources({"Ref": "InstanceType"}))),
+        D=training_job(request(ResourceConfig=_resources("ml.unknown.xlarge"))),
+    )
+    assert findings(RULE, tpl) == []
