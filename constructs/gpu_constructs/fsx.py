@@ -68,6 +68,7 @@ from gpu_constructs.fsx_facts import (
     size_lustre,
     valid_storage_capacity,
 )
+from gpu_constructs.network import select_subnets
 
 __all__ = [
     "CAPACITY_FIRST_STEPS",
@@ -354,17 +355,7 @@ class GpuLustreFileSystem(Construct):
                 raise fail(self, "data_repository.imported_file_chunk_size_mib", size, f"an integer {lo}..{hi}")
 
     def _select_subnet(self, vpc: ec2.IVpc, selection: ec2.SubnetSelection | None) -> ec2.ISubnet:
-        if selection is not None:
-            subnets = vpc.select_subnets(
-                availability_zones=selection.availability_zones,
-                one_per_az=selection.one_per_az,
-                subnet_filters=selection.subnet_filters,
-                subnet_group_name=selection.subnet_group_name,
-                subnets=selection.subnets,
-                subnet_type=selection.subnet_type,
-            ).subnets
-        else:
-            subnets = vpc.private_subnets
+        subnets = select_subnets(vpc, selection).subnets if selection is not None else vpc.private_subnets
         if not subnets and selection is None:
             subnets = vpc.isolated_subnets
         if not subnets:
