@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
-MYPY_PATHS := app.py $(wildcard constructs/gpu_constructs stacks gpuctl benchmarks containers/training/gpu_train containers/inference/gpu_serve)
+MYPY_PATHS := app.py $(wildcard constructs/gpu_constructs stacks platform_tools gpuctl benchmarks containers/training/gpu_train containers/inference/gpu_serve)
 
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -37,7 +37,7 @@ setup: $(VENV)/.installed node_modules/.installed ## install Python and Node dep
 
 synth: setup ## synthesize every stack of ENV (default dev) into cdk.out with the cdk-nag packs on
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth --quiet -c env=$(ENV) --output cdk.out
-	$(PY) -m stacks.summary cdk.out
+	$(PY) -m platform_tools.summary cdk.out
 
 lint: setup ## ruff lint + format check, mypy
 	$(VENV)/bin/ruff check .
@@ -51,7 +51,7 @@ snapshot-update: setup ## regenerate template snapshots (review the diff before 
 	$(PY) -m pytest tests/snapshots --snapshot-update -q
 
 # `make diagram` re-synthesizes when cdk.out is missing, of another ENV, or older than the app's code and config.
-SYNTH_INPUTS = app.py cdk.json $(shell find config stacks constructs/gpu_constructs -type f \( -name '*.py' -o -name '*.yaml' -o -name '*.sh' \) ! -name diagram.py ! -name config_reference.py 2>/dev/null)
+SYNTH_INPUTS = app.py cdk.json $(shell find config stacks constructs/gpu_constructs -type f \( -name '*.py' -o -name '*.yaml' -o -name '*.sh' \) 2>/dev/null)
 DIAGRAM ?= docs/architecture$(if $(filter dev,$(ENV)),,-$(ENV)).png
 
 diagram: setup ## draw the architecture diagram (docs/architecture.png) from cdk.out; synthesizes first when needed
@@ -59,10 +59,10 @@ diagram: setup ## draw the architecture diagram (docs/architecture.png) from cdk
 		|| [ cdk.out/manifest.json -nt cdk.out/.diagram-env ] \
 		|| [ -n "$$(find $(SYNTH_INPUTS) -newer cdk.out/manifest.json 2>/dev/null | head -1)" ]; then \
 		$(MAKE) --no-print-directory synth ENV=$(ENV) && echo "$(ENV)" > cdk.out/.diagram-env; fi
-	$(PY) -m stacks.diagram cdk.out $(DIAGRAM)
+	$(PY) -m platform_tools.diagram cdk.out $(DIAGRAM)
 
-config-reference: setup ## regenerate docs/config-reference.md from the config model (stacks/config.py)
-	$(PY) -m stacks.config_reference docs/config-reference.md
+config-reference: setup ## regenerate docs/config-reference.md from the config model (stacks/config/)
+	$(PY) -m platform_tools.config_reference docs/config-reference.md
 
 bench: setup ## run every CPU benchmark and rewrite its section of docs/benchmarks.md
 	$(PY) -m benchmarks.training_data

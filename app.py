@@ -4,14 +4,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-for path in (ROOT, ROOT / "constructs"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from stacks.config import DEFAULT_ENV, ConfigError, load_config  # noqa: E402  (CDK-free: fails fast)
+# Importable through packaging (`make setup` installs the project and ./constructs in editable mode).
+from stacks.config import DEFAULT_ENV, ConfigError, load_config  # CDK-free: a bad config fails fast
 
 
 def main() -> int:

@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,11 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "containers" / "inference"))
+from benchmarks._report import write_section
+from gpu_serve.process import ServerProcess
 
-from benchmarks._report import write_section  # noqa: E402
-from gpu_serve.process import ServerProcess  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SECTION = "inference-batching"
 PLOT = ROOT / "docs" / "img" / "inference_batching.png"

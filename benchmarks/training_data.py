@@ -27,7 +27,6 @@ import math
 import os
 import platform
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -37,14 +36,14 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "containers" / "training"))
+from benchmarks._report import write_section
+from benchmarks._shards import single_process_loader
+from gpu_train import pack
+from gpu_train.data import discover
+from gpu_train.sagemaker import Channel
+from gpu_train.shards import INDEX_NAME, DatasetIndex
 
-from benchmarks._report import write_section  # noqa: E402
-from gpu_train import pack  # noqa: E402
-from gpu_train.data import ShardLoader, StreamConfig, discover  # noqa: E402
-from gpu_train.sagemaker import Channel  # noqa: E402
-from gpu_train.shards import INDEX_NAME, DatasetIndex  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CACHE = ROOT / ".bench" / "training_data"
 IMAGE_SIZE = 224
@@ -180,18 +179,9 @@ def time_shards(shards: Path, workers: int, batch: int, epochs: int = 3) -> tupl
 
     torch.set_num_threads(1)
     source = discover(Channel("train", path=shards))
-    config = StreamConfig(
-        source=source,
-        batch_size=batch,
-        image_size=IMAGE_SIZE,
-        num_classes=CLASSES,
-        seed=0,
-        rank=0,
-        world=1,
-        num_workers=workers,
-        drop_last=False,
+    loader = single_process_loader(
+        source, batch_size=batch, image_size=IMAGE_SIZE, num_classes=CLASSES, num_workers=workers, drop_last=False
     )
-    loader = ShardLoader(config, prefetch_factor=4)
     size = sum(p.stat().st_size for p in shards.glob("*.tar"))
     results = []
     for epoch in range(epochs):

@@ -24,14 +24,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "containers" / "training"))
+from benchmarks._report import write_section
+from benchmarks._shards import single_process_loader
+from gpu_train.data import DevicePipeline, ShardLoader, auto_workers, discover
+from gpu_train.models import build_model, default_stem
+from gpu_train.sagemaker import Channel
+from gpu_train.train_loop import resolve_amp
 
-from benchmarks._report import write_section  # noqa: E402
-from gpu_train.data import DevicePipeline, ShardLoader, StreamConfig, auto_workers, discover  # noqa: E402
-from gpu_train.models import build_model, default_stem  # noqa: E402
-from gpu_train.sagemaker import Channel  # noqa: E402
-from gpu_train.train_loop import resolve_amp  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIGURE = ROOT / "docs" / "img" / "training_gpu.png"
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -161,17 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     image_size = index.image_size if index and index.image_size else 224
     classes = index.num_classes if index and index.num_classes else 10
     workers = args.workers if args.workers >= 0 else auto_workers(len(os.sched_getaffinity(0)), 1)
-    config = StreamConfig(
-        source=source,
+    loader = single_process_loader(
+        source,
         batch_size=args.batch_size,
         image_size=image_size,
         num_classes=classes,
-        seed=0,
-        rank=0,
-        world=1,
         num_workers=workers,
+        pin_memory=use_cuda,
     )
-    loader = ShardLoader(config, pin_memory=use_cuda, prefetch_factor=4)
     pipeline = DevicePipeline(device, mean=MEAN, std=STD, augment="flip_crop", channels_last=use_cuda)
     step = Step(args, device, classes, image_size)
     device_name = torch.cuda.get_device_name(device) if use_cuda else "CPU"

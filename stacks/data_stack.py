@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration
 from constructs import Construct
 
 from gpu_constructs.storage import PlatformStorage
-from stacks.config import EnvConfig
-from stacks.network_stack import removal_policy
+from stacks.base import PlatformStack
 
 
-class DataStack(Stack):
+class DataStack(PlatformStack):
     """KMS key with rotation and three secure buckets with lifecycle rules and access logging."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        data = config.data
+        data = self.config.data
         self.storage = PlatformStorage(
             self,
             "Storage",
-            removal_policy=removal_policy(config),
+            removal_policy=self.removal,
             checkpoint_expiration=Duration.days(data.checkpoint_expiration_days),
             noncurrent_version_expiration=Duration.days(data.noncurrent_version_expiration_days),
             abort_incomplete_multipart_upload_after=Duration.days(data.abort_incomplete_multipart_upload_days),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack, Token
+from aws_cdk import CfnOutput, Token
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -18,10 +18,11 @@ from gpu_constructs.oidc import GitOpsDeployRole, Mode, existing_oidc_provider
 from gpu_constructs.oidc_facts import CREATE, EXISTING
 from gpu_constructs.rules._rule import StackView
 from gpu_constructs.rules.oidc_provider_once_per_account import possibly_same_account, same_stack
-from stacks.config import ConfigError, EnvConfig, OidcDeployConfig
+from stacks.base import PlatformStack
+from stacks.config import ConfigError, OidcDeployConfig
 
 
-class GitOpsStack(Stack):
+class GitOpsStack(PlatformStack):
     """OIDC trust for the configured repository and branch/environment; may only assume CDK bootstrap roles.
 
     :param config: the environment (its ``gitops.oidc_provider`` and region).
@@ -34,21 +35,21 @@ class GitOpsStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvConfig,
         deploy: OidcDeployConfig | None,
         diff: OidcDeployConfig | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self.env_name = config.env_name
+        self.env_name = self.config.env_name
         #: issuer URL -> the provider the roles of this stack trust (created here, or the account's).
         self.providers: dict[str, iam.IOidcProvider] = {}
         #: issuer URLs whose IAM OIDC provider this stack creates.
         self.created_provider_urls: list[str] = []
-        self.deploy_role = self._role("DeployRole", "deploy", deploy, config) if deploy else None
-        self.diff_role = self._role("DiffRole", "diff", diff, config) if diff else None
+        self.deploy_role = self._role("DeployRole", "deploy", deploy) if deploy else None
+        self.diff_role = self._role("DiffRole", "diff", diff) if diff else None
 
-    def _role(self, construct_id: str, mode: Mode, oidc: OidcDeployConfig, config: EnvConfig) -> GitOpsDeployRole:
+    def _role(self, construct_id: str, mode: Mode, oidc: OidcDeployConfig) -> GitOpsDeployRole:
+        config = self.config
         url = oidc.url
         provider = self.providers.get(url)  # one provider per issuer URL per account, shared by both roles
         setting = config.gitops.oidc_provider

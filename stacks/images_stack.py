@@ -5,20 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from gpu_constructs.images import GpuImage, ImageUsage
-from stacks.config import EnvConfig, ImageSpec
-from stacks.network_stack import removal_policy
+from gpu_constructs.keys import new_key
+from stacks.base import PlatformStack
+from stacks.config import ImageSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class ImagesStack(Stack):
+class ImagesStack(PlatformStack):
     """Two images per config: prebuilt DLCs (no resources but the SSM parameters), or images built at
     deploy time in CodeBuild into hardened ECR repositories, or local Docker assets, or existing ECR images.
 
@@ -26,19 +27,17 @@ class ImagesStack(Stack):
     CLI and pipelines find it without reading templates.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self.config = config
+        config = self.config
         images = config.images
         self.key: kms.IKey | None = None
         if any(getattr(images, u).kind == "codebuild" for u in ("training", "inference")):
-            self.key = kms.Key(
+            self.key = new_key(
                 self,
                 "ImagesKey",
                 description=f"Encrypts the GPU platform's container images and image builds ({config.env_name})",
-                enable_key_rotation=True,
-                removal_policy=removal_policy(config),
-                pending_window=Duration.days(30 if config.removal_policy == "retain" else 7),
+                removal_policy=self.removal,
             )
         self.training_image = self._image("Training", "training", images.training)
         self.inference_image = self._image("Inference", "inference", images.inference)
@@ -66,31 +65,26 @@ class ImagesStack(Stack):
                 python=spec.python,
                 cuda=spec.cuda,
             )
-        directory = ROOT / (spec.directory or f"containers/{usage}")
+        # What a CodeBuild build and a local Docker asset both build from.
+        source: dict[str, Any] = {
+            "directory": ROOT / (spec.directory or f"containers/{usage}"),
+            "usage": usage,
+            "cuda_version": spec.cuda_version,
+            "build_args": spec.build_args,
+            "platform": spec.platform,
+        }
         if spec.kind == "codebuild":
             return GpuImage.from_codebuild(
                 self,
                 construct_id,
-                directory=directory,
-                usage=usage,
-                cuda_version=spec.cuda_version,
+                **source,
                 encryption_key=self.key,
-                build_args=spec.build_args,
-                platform=spec.platform,
                 zstd_compression=images.zstd_compression,
                 max_image_count=images.max_image_count,
                 untagged_image_expiry=Duration.days(images.untagged_image_expiry_days),
-                removal_policy=removal_policy(self.config),
+                removal_policy=self.removal,
             )
         if spec.kind == "asset":
-            return GpuImage.from_asset(
-                self,
-                construct_id,
-                directory=directory,
-                usage=usage,
-                cuda_version=spec.cuda_version,
-                build_args=spec.build_args,
-                platform=spec.platform,
-            )
+            return GpuImage.from_asset(self, construct_id, **source)
         repository = ecr.Repository.from_repository_name(self, f"{construct_id}Repository", str(spec.repository_name))
         return GpuImage.from_ecr_repository(repository, str(spec.tag), usage=usage, cuda_version=spec.cuda_version)

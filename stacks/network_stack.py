@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -12,11 +11,8 @@ from constructs import Construct
 from gpu_constructs.constants import SAGEMAKER_ENDPOINTS, fleet_endpoints
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.retention import retention_days
+from stacks.base import PlatformStack
 from stacks.config import EnvConfig
-
-
-def removal_policy(config: EnvConfig) -> RemovalPolicy:
-    return RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
 
 
 def interface_endpoints(config: EnvConfig) -> tuple[str, ...]:
@@ -34,11 +30,12 @@ def retention(days: int) -> logs.RetentionDays:
     return retention_days(days, "flow_logs_retention_days")
 
 
-class NetworkStack(Stack):
+class NetworkStack(PlatformStack):
     """VPC over the configured AZs; private subnets for training, endpoints and fleets; no internet by default."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        config = self.config
         net = config.network
         self.network = GpuNetwork(
             self,
@@ -49,7 +46,7 @@ class NetworkStack(Stack):
             nat_gateways=net.nat_gateways,
             interface_endpoints=interface_endpoints(config),
             flow_logs_retention=retention(net.flow_logs_retention_days),
-            removal_policy=removal_policy(config),
+            removal_policy=self.removal,
         )
 
     @property

@@ -35,7 +35,7 @@ from constructs import Construct, IValidation
 
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail
-from gpu_constructs.keys import allow_cloudwatch_logs
+from gpu_constructs.keys import allow_cloudwatch_logs, allow_s3_access_logs, new_key
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.removal import for_named_resource
 from gpu_constructs.retention import retention_days
@@ -104,13 +104,11 @@ class PipelineStack(Stack):
         self.pipeline_config = pipeline
         removal = RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
 
-        self.key = kms.Key(
+        self.key = new_key(
             self,
             "ArtifactsKey",
             description=f"Encrypts the artifacts and build logs of {construct_id}",
-            enable_key_rotation=True,
             removal_policy=removal,
-            pending_window=Duration.days(30 if removal == RemovalPolicy.RETAIN else 7),
         )
         self._allow_service_logs(self.key)
         self.access_logs = SecureBucket(
@@ -225,7 +223,7 @@ class PipelineStack(Stack):
                 cfn = node.node.default_child
                 assert isinstance(cfn, iam.CfnPolicy)
                 nag.acknowledge_compliance(cfn, "IAMNoInlinePolicy", INLINE_POLICY_REASON)
-                self.node.add_validation(_PolicyWildcards(cfn))
+                nag.acknowledge_wildcards(cfn, expected=_pipeline_wildcards(cfn), on=self)
         cfn_pipeline = self.code_pipeline.pipeline.node.default_child
         assert isinstance(cfn_pipeline, codepipeline.CfnPipeline)
         self.node.add_validation(_RoleArnsAsSub(cfn_pipeline))
@@ -259,15 +257,7 @@ class PipelineStack(Stack):
     def _allow_service_logs(self, key: kms.Key) -> None:
         """Let CloudWatch Logs (this account's log groups here) and S3 server access logging use ``key``."""
         allow_cloudwatch_logs(key, self, sid="AllowCloudWatchLogsForThisAccount")
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowS3ServerAccessLogDelivery",
-                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
-                actions=["kms:GenerateDataKey*", "kms:Encrypt", "kms:Decrypt"],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:SourceAccount": self.account}},
-            )
-        )
+        allow_s3_access_logs(key, self)
 
     def _validate_connection(self, pipeline: PipelineConfig, account: str, region: str) -> None:
         parts = pipeline.connection_arn.split(":")
@@ -394,21 +384,15 @@ def expected_pipeline_wildcards(
     return found
 
 
-@jsii.implements(IValidation)
-class _PolicyWildcards:
-    """Acknowledges the expected IAM5 findings of one pipeline policy once its document is final."""
+def _pipeline_wildcards(policy: iam.CfnPolicy) -> nag.ExpectedFindings:
+    """The expected IAM5 findings of one pipeline policy, computed once its document is final.
 
-    def __init__(self, policy: iam.CfnPolicy) -> None:
-        self._policy = policy
-        self._done = False
+    When the policy also writes on ``*`` (an action of ``_STAR_WRITE_ACTIONS``) and that is expected, checkov's
+    CKV_AWS_111 is skipped on it with the same reason.
+    """
 
-    def validate(self) -> list[str]:
-        if self._done:
-            return []
-        self._done = True
-        stack = Stack.of(self._policy)
+    def expected(document: Mapping[str, Any], stack: Stack) -> Mapping[str, str]:
         assert isinstance(stack, PipelineStack)
-        document = stack.resolve(self._policy.policy_document)
         bucket = stack.artifacts.bucket.node.default_child
         assert isinstance(bucket, s3.CfnBucket)
         bucket_id = str(stack.resolve(bucket.logical_id))
@@ -416,21 +400,19 @@ class _PolicyWildcards:
             str(stack.resolve(s.replication_bucket.bucket_name))
             for s in stack.code_pipeline.pipeline.cross_region_support.values()
         ]
-        for finding, reason in sorted(expected_pipeline_wildcards(document, bucket_id, replication).items()):
-            nag.acknowledge(self._policy, nag.AWS_SOLUTIONS, f"IAM5[{finding}]", reason)
-        star_writes = sorted(
-            {
-                a
-                for st in document.get("Statement", [])
-                if "*" in _as_list(st.get("Resource"))
-                for a in _as_list(st.get("Action"))
-                if a in _STAR_WRITE_ACTIONS
-            }
-        )
-        expected = expected_pipeline_wildcards(document, bucket_id, replication)
-        if star_writes and "Resource::*" in expected:
-            nag.checkov_skip(self._policy, "CKV_AWS_111", expected["Resource::*"])
-        return []
+        found = expected_pipeline_wildcards(document, bucket_id, replication)
+        star_writes = {
+            a
+            for st in document.get("Statement", [])
+            if "*" in _as_list(st.get("Resource"))
+            for a in _as_list(st.get("Action"))
+            if a in _STAR_WRITE_ACTIONS
+        }
+        if star_writes and "Resource::*" in found:
+            nag.checkov_skip(policy, "CKV_AWS_111", found["Resource::*"])
+        return found
+
+    return expected
 
 
 @jsii.implements(IValidation)

@@ -8,11 +8,13 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from stacks.config import EnvConfig
+from stacks.naming import pascal_case
+from stacks.platform_stacks import build_platform_stacks
 
 
 def stage_id(env_name: str) -> str:
     """PascalCase construct id of an environment's stage: ``dev`` -> ``Dev``, ``eu-prod`` -> ``EuProd``."""
-    return "".join(part.capitalize() for part in env_name.split("-"))
+    return pascal_case(env_name)
 
 
 class PlatformStage(cdk.Stage):
@@ -32,7 +34,5 @@ class PlatformStage(cdk.Stage):
     ) -> None:
         env = cdk.Environment(account=config.account, region=config.region)
         super().__init__(scope, construct_id, env=env, **kwargs)
-        from stacks.app_builder import build_platform_stacks
-
         self.config = config
         self.platform = build_platform_stacks(self, config)

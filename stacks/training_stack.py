@@ -11,30 +11,24 @@ execution role, the job-name prefix and the SSM parameter that holds the whole j
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Size, Stack
+from aws_cdk import CfnOutput, Size
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from gpu_constructs.constants import TRAINING_SUBNETS
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.fsx import GpuLustreFileSystem
-from gpu_constructs.network import GpuNetwork
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import PlatformStorage
-from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingImageLike, TrainingPipeline
+from gpu_constructs.training import TrainingImageLike, TrainingPipeline
 from gpu_constructs.training_spec import DATA_VERSION_PLACEHOLDER, Channel, FsxChannel, S3Channel
-from stacks.config import ConfigError, EnvConfig, TrainingConfig
+from gpu_train import hyperparameters as runtime_hyperparameters
+from gpu_train.metrics import METRIC_DEFINITIONS
+from stacks.base import WorkloadStack
+from stacks.config import ConfigError, TrainingConfig
 from stacks.image_parameter import image_from_parameter
-from stacks.network_stack import removal_policy
-
-ROOT = Path(__file__).resolve().parent.parent
-TRAINING_RUNTIME = ROOT / "containers" / "training"
 
 #: Outputs ``gpuctl`` reads (CloudFormation DescribeStacks).
 OUTPUT_STATE_MACHINE = "StateMachineArn"
@@ -50,17 +44,7 @@ def training_stack_name(resource_prefix: str) -> str:
     return f"{resource_prefix}-training"
 
 
-def runtime_module(name: str) -> ModuleType:
-    """``gpu_train.<name>`` from the training runtime (containers/training), importable or not installed."""
-    try:
-        return importlib.import_module(f"gpu_train.{name}")
-    except ModuleNotFoundError:
-        if str(TRAINING_RUNTIME) not in sys.path:
-            sys.path.append(str(TRAINING_RUNTIME))
-        return importlib.import_module(f"gpu_train.{name}")
-
-
-class TrainingStack(Stack):
+class TrainingStack(WorkloadStack):
     """The GPU training pipeline configured by ``training`` in ``config/<env>.yaml``."""
 
     def __init__(
@@ -68,22 +52,17 @@ class TrainingStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvConfig,
-        network: GpuNetwork,
-        storage: PlatformStorage,
         image: TrainingImageLike,
         lustre: GpuLustreFileSystem | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        config, network, storage = self.config, self.network, self.storage
         training = config.training
         image = image_from_parameter(self, image, config, "training")
         check_hyperparameters(training)
         prefix = f"{config.resource_prefix}-{training.name}"
         channels, subnets = training_channels(training, storage, lustre)
-        metrics = runtime_module("metrics").METRIC_DEFINITIONS
-        alarms = training.alarms
-        prepare = training.prepare
         self.pipeline = TrainingPipeline(
             self,
             "Pipeline",
@@ -96,10 +75,10 @@ class TrainingStack(Stack):
             dataset_prefix=training.dataset_prefix,
             volume_size=Size.gibibytes(training.volume_size_gb),
             hyperparameters=training.hyperparameters,
-            metric_definitions=metrics,
-            max_runtime=Duration.hours(training.max_runtime_hours),
+            metric_definitions=METRIC_DEFINITIONS,
+            max_runtime=training.max_runtime(),
             spot=training.spot,
-            max_wait=Duration.hours(training.max_wait_hours) if training.max_wait_hours is not None else None,
+            max_wait=training.max_wait(),
             max_retry_attempts=training.max_retry_attempts,
             vpc=network.vpc,
             vpc_subnets=subnets,
@@ -108,30 +87,12 @@ class TrainingStack(Stack):
             network_isolation=training.network_isolation,
             data_version=training.data_version,
             allowed_instance_types=training.allowed_instance_types,
-            prepare=PrepareOptions(
-                source_prefix=prepare.source_prefix,
-                instance_type=prepare.instance_type,
-                volume_size=Size.gibibytes(prepare.volume_size_gb),
-                image_size=prepare.image_size,
-                shard_size=prepare.shard_size,
-                max_runtime=Duration.hours(prepare.max_runtime_hours),
-                run_by_default=prepare.run_by_default,
-                splits=training.channels,
-            )
-            if prepare.enabled
-            else None,
+            prepare=training.prepare.options(splits=training.channels),
             production=config.is_production,
             log_retention=retention_days(config.data.log_retention_days, "data.log_retention_days"),
-            removal_policy=removal_policy(config),
+            removal_policy=self.removal,
             notification_emails=training.notification_emails,
-            alarm_thresholds=AlarmThresholds(
-                gpu_low_pct=alarms.gpu_low_pct,
-                busy_pct=alarms.busy_pct,
-                idle_gpu_pct=alarms.idle_gpu_pct,
-                period=Duration.minutes(alarms.period_minutes),
-                input_bound_periods=alarms.input_bound_periods,
-                idle_periods=alarms.idle_periods,
-            ),
+            alarm_thresholds=training.alarms.thresholds(),
             tags={"gpu-platform:setup": prefix, **dict(sorted(config.tags.items()))},
         )
         pipeline = self.pipeline
@@ -151,9 +112,8 @@ class TrainingStack(Stack):
 
 def check_hyperparameters(training: TrainingConfig) -> None:
     """The runtime's own parser: an unknown name or a bad value fails at synth, not after the job starts."""
-    hyperparameters = runtime_module("hyperparameters")
     try:
-        hyperparameters.parse(training.hyperparameters)
+        runtime_hyperparameters.parse(training.hyperparameters)
     except ValueError as exc:
         raise ConfigError(f"training.hyperparameters: {exc}") from None
 

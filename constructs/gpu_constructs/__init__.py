@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "sagemaker_channel": "gpu_constructs.fsx_facts",
     "GpuEfsFileSystem": "gpu_constructs.efs",
     "GpuImage": "gpu_constructs.images",
+    "ImageLike": "gpu_constructs.images",
     "SecureRepository": "gpu_constructs.images",
     "DlamiImage": "gpu_constructs.dlami",
     "NetworkReachability": "gpu_constructs.network",
@@ -113,7 +114,7 @@ if TYPE_CHECKING:
     from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike
     from gpu_constructs.fsx import GpuLustreFileSystem, ImportedLustreFileSystem, LustreDataRepository
     from gpu_constructs.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
-    from gpu_constructs.images import GpuImage, SecureRepository
+    from gpu_constructs.images import GpuImage, ImageLike, SecureRepository
     from gpu_constructs.network import GpuNetwork, NetworkReachability
     from gpu_constructs.notebook import GpuNotebook, NotebookPackage
     from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider

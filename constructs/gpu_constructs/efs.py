@@ -11,18 +11,19 @@ SageMaker mounts it through a ``FileSystemDataSource`` channel with ``FileSystem
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 import jsii
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_efs as efs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from gpu_constructs.errors import fail, path_of
-from gpu_constructs.fsx import AccessMode, sagemaker_channel
+from gpu_constructs.errors import fail
+from gpu_constructs.fsx import FileSystemChannelSource
+from gpu_constructs.keys import given_or_new_key
 
 __all__ = ["EFS_PORT", "GpuEfsFileSystem"]
 
@@ -39,7 +40,7 @@ IA_DAYS = (1, 7, 14, 30, 60, 90, 180, 270, 365)
 
 
 @jsii.implements(ec2.IConnectable)
-class GpuEfsFileSystem(Construct):
+class GpuEfsFileSystem(FileSystemChannelSource):
     """An encrypted EFS file system for small shared datasets.
 
     :param vpc: the VPC (required).
@@ -53,6 +54,8 @@ class GpuEfsFileSystem(Construct):
     :param security_group: default: a new group with no ingress; add clients with :meth:`allow_clients`.
     :param removal_policy: default: RETAIN.
     """
+
+    channel_file_system_type = "EFS"
 
     def __init__(
         self,
@@ -74,15 +77,13 @@ class GpuEfsFileSystem(Construct):
             raise fail(self, "vpc", None, "an ec2.IVpc (EFS mount targets live in subnets of a VPC)")
         self._validate_modes(throughput_mode, performance_mode)
         self._validate_ia(transition_to_ia_days)
-        if kms_key is None:
-            kms_key = kms.Key(
-                self,
-                "Key",
-                description=f"Encrypts the EFS file system {self.node.path}",
-                enable_key_rotation=True,
-                removal_policy=removal_policy,
-                pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
-            )
+        kms_key = given_or_new_key(
+            kms_key,
+            self,
+            "Key",
+            description=f"Encrypts the EFS file system {self.node.path}",
+            removal_policy=removal_policy,
+        )
         self.kms_key: kms.IKey = kms_key
         if security_group is None:
             security_group = ec2.SecurityGroup(
@@ -133,10 +134,6 @@ class GpuEfsFileSystem(Construct):
             raise fail(self, "transition_to_ia_days", days, f"None or one of {list(IA_DAYS)}")
 
     @property
-    def connections(self) -> ec2.Connections:
-        return self._connections
-
-    @property
     def file_system_id(self) -> str:
         return self.file_system.file_system_id
 
@@ -155,23 +152,9 @@ class GpuEfsFileSystem(Construct):
         """Mount and write (``ClientMount`` + ``ClientWrite``)."""
         return self.file_system.grant(grantee, "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite")
 
-    def sagemaker_channel(
-        self,
-        channel_name: str = "training",
-        *,
-        path: str = "/",
-        access_mode: AccessMode = "ro",
-        content_type: str | None = None,
-    ) -> dict[str, Any]:
-        """The ``CreateTrainingJob`` channel that mounts ``path`` (absolute, from the EFS root)."""
+    def _channel_target(self, path: str | None) -> tuple[str, str]:
+        """A channel's ``path`` is absolute, from the EFS root (default: ``/``)."""
+        path = "/" if path is None else path
         if not _PATH_RE.fullmatch(path or "") or ".." in path:
             raise fail(self, "path", path, "an absolute path from the file system root such as '/labels'")
-        return sagemaker_channel(
-            file_system_id=self.file_system_id,
-            file_system_type="EFS",
-            directory_path=path,
-            channel_name=channel_name,
-            access_mode=access_mode,
-            content_type=content_type,
-            where=path_of(self),
-        )
+        return self.file_system_id, path

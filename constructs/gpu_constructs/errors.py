@@ -9,6 +9,8 @@ construct path (or config key), the bad value and what is allowed, e.g.::
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +34,26 @@ def path_of(scope: Construct | str) -> str:
     return scope.node.path or scope.node.id or "<root>"
 
 
+#: A string-encoded CDK token: ``${Token[...]}`` (a string) or ``#{Token[...]}`` (an element of a list token).
+_TOKEN_STRING_RE = re.compile(r"\$\{Token\[[^\]]+\]\}|#\{Token\[[^\]]+\]\}")
+
+
 def is_token(value: Any) -> bool:
-    """True when ``value`` is (or contains) an unresolved CDK token: such values are not validated."""
-    if value is None or isinstance(value, bool):
+    """True when ``value`` is (or contains) an unresolved CDK token: such values are not validated.
+
+    Strings are recognised by their token markers, so this works without loading the CDK runtime (the
+    catalog, the CLI and ``TrainingJobSpec`` use it too); numbers (and strings, for anything the markers
+    miss) are asked of ``Token.is_unresolved`` when the CDK is loaded: without it no token can exist.
+    """
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float | str):
+        return False
+    if isinstance(value, str) and _TOKEN_STRING_RE.search(value):
+        return True
+    if "aws_cdk" not in sys.modules:
         return False
     from aws_cdk import Token
 
-    if isinstance(value, int | float | str):
-        return bool(Token.is_unresolved(value))
-    return False
+    return bool(Token.is_unresolved(value))
 
 
 def fail(scope: Construct | str, name: str, value: Any, allowed: str) -> ValidationError:

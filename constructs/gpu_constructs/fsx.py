@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import jsii
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -53,6 +53,7 @@ from gpu_constructs.fsx_facts import (
     CHUNK_SIZE_RANGE_MIB,
     DEPLOYMENT_TYPES,
     DRA_LUSTRE_VERSIONS,
+    FILE_SYSTEM_ID_ALLOWED,
     LUSTRE_PORT_RANGES,
     LUSTRE_TYPES,
     LUSTRE_VERSIONS,
@@ -64,11 +65,14 @@ from gpu_constructs.fsx_facts import (
     LustreTypeFacts,
     allowed_capacity_text,
     check_deployment_type,
+    is_file_system_id,
     sagemaker_channel,
     size_lustre,
     valid_storage_capacity,
 )
+from gpu_constructs.keys import given_or_new_key
 from gpu_constructs.network import select_subnets
+from gpu_constructs.security_groups import cluster_security_group
 
 __all__ = [
     "CAPACITY_FIRST_STEPS",
@@ -148,8 +152,58 @@ class LustreDataRepository:
 # --------------------------------------------------------------------------------------------------
 
 
+class FileSystemChannelSource(Construct):
+    """A file system construct (Lustre or EFS, new or imported) that training jobs mount as an input channel.
+
+    A subclass sets :attr:`channel_file_system_type` and :meth:`_channel_target`; ``connections`` returns the
+    ``ec2.Connections`` it keeps in ``_connections``.
+    """
+
+    #: ``FileSystemType`` of the channel's ``FileSystemDataSource``.
+    channel_file_system_type: ClassVar[FileSystemType]
+    _connections: ec2.Connections
+
+    @property
+    def connections(self) -> ec2.Connections:
+        """The file system's security groups; open them to clients with ``allow_clients``."""
+        return self._connections
+
+    def _channel_target(self, path: str | None) -> tuple[str, str]:
+        """``(file system id, DirectoryPath)`` of the channel that mounts ``path`` (None: the default)."""
+        raise NotImplementedError
+
+    def sagemaker_channel(
+        self,
+        channel_name: str = "training",
+        *,
+        path: str | None = None,
+        access_mode: AccessMode = "ro",
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        """The ``CreateTrainingJob`` channel that mounts ``path`` of this file system (:func:`sagemaker_channel`);
+        ``path`` is as the file system type reads it (default: its default directory)."""
+        file_system_id, directory_path = self._channel_target(path)
+        return sagemaker_channel(
+            file_system_id=file_system_id,
+            file_system_type=self.channel_file_system_type,
+            directory_path=directory_path,
+            channel_name=channel_name,
+            access_mode=access_mode,
+            content_type=content_type,
+            where=path_of(self),
+        )
+
+
+def _lustre_directory(scope: Construct, mount_name: str, path: str, default: str = "") -> str:
+    """``/<mount name>/<path>`` for a relative ``path`` (``default`` when empty), ``/<mount name>`` for none."""
+    if path.startswith("/") or ".." in path:
+        raise fail(scope, "path", path, "a path relative to the file system root, without '..'")
+    path = path or default
+    return f"/{mount_name}/{path}".rstrip("/") if path else f"/{mount_name}"
+
+
 @jsii.implements(ec2.IConnectable)
-class GpuLustreFileSystem(Construct):
+class GpuLustreFileSystem(FileSystemChannelSource):
     """An FSx for Lustre file system for GPU training, optionally linked to an S3 prefix.
 
     :param vpc: the VPC (required: FSx for Lustre lives in one subnet of a VPC).
@@ -171,6 +225,8 @@ class GpuLustreFileSystem(Construct):
     :param automatic_backup_retention: PERSISTENT_2 only: daily backups kept this long (default: none; the
         data's source of truth is the S3 bucket).
     """
+
+    channel_file_system_type = "FSxLustre"
 
     def __init__(
         self,
@@ -213,28 +269,21 @@ class GpuLustreFileSystem(Construct):
         self.vpc = vpc
 
         if security_group is None:
-            new_sg = ec2.SecurityGroup(
+            security_group = cluster_security_group(
                 self,
                 "SecurityGroup",
                 vpc=vpc,
                 description="FSx for Lustre: Lustre ports (988, 1018-1023) from this group and its clients only",
-                allow_all_outbound=False,
+                https_egress=None,
+                internal="Lustre traffic between the file servers",
+                internal_ports=LUSTRE_PORTS,
             )
-            for port in LUSTRE_PORTS:
-                new_sg.connections.allow_internally(port, "Lustre traffic between the file servers")
-            security_group = new_sg
         self.security_group = security_group
         self._connections = ec2.Connections(security_groups=[security_group])
 
-        if facts.customer_kms_key and kms_key is None:
-            kms_key = kms.Key(
-                self,
-                "Key",
-                description=f"Encrypts the FSx for Lustre file system {self.node.path}",
-                enable_key_rotation=True,
-                removal_policy=removal_policy,
-                pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
-            )
+        if facts.customer_kms_key:
+            description = f"Encrypts the FSx for Lustre file system {self.node.path}"
+            kms_key = given_or_new_key(kms_key, self, "Key", description=description, removal_policy=removal_policy)
         self.kms_key: kms.IKey | None = kms_key
 
         config = fsx.LustreConfiguration(
@@ -438,11 +487,6 @@ class GpuLustreFileSystem(Construct):
     # -- what it exposes --------------------------------------------------------------------------------
 
     @property
-    def connections(self) -> ec2.Connections:
-        """The file system's security group; open it with :meth:`allow_clients`."""
-        return self._connections
-
-    @property
     def file_system_id(self) -> str:
         return self.file_system.file_system_id
 
@@ -474,30 +518,11 @@ class GpuLustreFileSystem(Construct):
     def directory_path(self, path: str = "") -> str:
         """``DirectoryPath`` of a SageMaker channel: ``/<mount name>/<path>``; ``path`` is relative to the
         file system root (default: the linked directory, e.g. ``datasets``, or the root without a link)."""
-        if path.startswith("/") or ".." in path:
-            raise fail(self, "path", path, "a path relative to the file system root, without '..'")
-        if not path and self.data_repository is not None:
-            path = self.data_repository.file_system_path.strip("/")
-        return f"/{self.mount_name}/{path}".rstrip("/") if path else f"/{self.mount_name}"
+        linked = self.data_repository.file_system_path.strip("/") if self.data_repository is not None else ""
+        return _lustre_directory(self, self.mount_name, path, linked)
 
-    def sagemaker_channel(
-        self,
-        channel_name: str = "training",
-        *,
-        path: str = "",
-        access_mode: AccessMode = "ro",
-        content_type: str | None = None,
-    ) -> dict[str, Any]:
-        """The ``CreateTrainingJob`` channel that mounts ``path`` of this file system (:func:`sagemaker_channel`)."""
-        return sagemaker_channel(
-            file_system_id=self.file_system_id,
-            file_system_type="FSxLustre",
-            directory_path=self.directory_path(path),
-            channel_name=channel_name,
-            access_mode=access_mode,
-            content_type=content_type,
-            where=path_of(self),
-        )
+    def _channel_target(self, path: str | None) -> tuple[str, str]:
+        return self.file_system_id, self.directory_path(path or "")
 
     def mount_command(self, mount_path: str | None = None) -> str:
         """The Linux command that mounts the file system (EC2 user data); needs the Lustre client."""
@@ -507,7 +532,7 @@ class GpuLustreFileSystem(Construct):
 
 
 @jsii.implements(ec2.IConnectable)
-class ImportedLustreFileSystem(Construct):
+class ImportedLustreFileSystem(FileSystemChannelSource):
     """An existing FSx for Lustre file system, for fleets, notebooks and training channels.
 
     It creates nothing: it carries the attributes a client needs (mount ``<dns_name>@tcp:/<mount_name>``)
@@ -517,9 +542,12 @@ class ImportedLustreFileSystem(Construct):
     :param file_system_id: ``fs-...`` (required).
     :param dns_name: the file system's DNS name, ``fs-....fsx.<region>.amazonaws.com`` (required).
     :param mount_name: the Lustre mount name (required; ``fsx`` for SCRATCH_1 file systems).
-    :param security_groups: the file system's security groups (required, at least one).
+    :param security_groups: the file system's security groups (required, at least one; ``connections`` has no
+        default port: clients open :data:`LUSTRE_PORTS`).
     :param mount_path: where clients mount it (default: ``/fsx``).
     """
+
+    channel_file_system_type = "FSxLustre"
 
     def __init__(
         self,
@@ -533,8 +561,8 @@ class ImportedLustreFileSystem(Construct):
         mount_path: str = "/fsx",
     ) -> None:
         super().__init__(scope, construct_id)
-        if not is_token(file_system_id) and not re.fullmatch(r"fs-[0-9a-f]{8,17}", file_system_id):
-            raise fail(self, "file_system_id", file_system_id, "an FSx file system id 'fs-' + 8 to 17 hex digits")
+        if not is_token(file_system_id) and not is_file_system_id(file_system_id):
+            raise fail(self, "file_system_id", file_system_id, FILE_SYSTEM_ID_ALLOWED)
         if not security_groups:
             raise fail(self, "security_groups", [], "at least one security group of the file system")
         if not mount_path.startswith("/") or ".." in mount_path:
@@ -545,35 +573,12 @@ class ImportedLustreFileSystem(Construct):
         self.mount_path = mount_path
         self._connections = ec2.Connections(security_groups=list(security_groups))
 
-    @property
-    def connections(self) -> ec2.Connections:
-        """The file system's security groups (no default port: clients open :data:`LUSTRE_PORTS`)."""
-        return self._connections
-
     def directory_path(self, path: str = "") -> str:
         """``DirectoryPath`` of a SageMaker channel: ``/<mount name>/<path>`` (default: the root)."""
-        if path.startswith("/") or ".." in path:
-            raise fail(self, "path", path, "a path relative to the file system root, without '..'")
-        return f"/{self.mount_name}/{path}".rstrip("/") if path else f"/{self.mount_name}"
+        return _lustre_directory(self, self.mount_name, path)
 
-    def sagemaker_channel(
-        self,
-        channel_name: str = "training",
-        *,
-        path: str = "",
-        access_mode: AccessMode = "ro",
-        content_type: str | None = None,
-    ) -> dict[str, Any]:
-        """The ``CreateTrainingJob`` channel that mounts ``path`` of this file system (:func:`sagemaker_channel`)."""
-        return sagemaker_channel(
-            file_system_id=self.file_system_id,
-            file_system_type="FSxLustre",
-            directory_path=self.directory_path(path),
-            channel_name=channel_name,
-            access_mode=access_mode,
-            content_type=content_type,
-            where=path_of(self),
-        )
+    def _channel_target(self, path: str | None) -> tuple[str, str]:
+        return self.file_system_id, self.directory_path(path or "")
 
 
 def lustre_ports_text(ports: Sequence[ec2.Port] = LUSTRE_PORTS) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from gpu_constructs.errors import ValidationError, fail
+from gpu_constructs.errors import ValidationError, fail, is_token
 
 __all__ = [
     "CAPACITY_FIRST_STEPS",
@@ -20,6 +20,8 @@ __all__ = [
     "CHUNK_SIZE_RANGE_MIB",
     "DEPLOYMENT_TYPES",
     "DRA_LUSTRE_VERSIONS",
+    "FILE_SYSTEM_ID_ALLOWED",
+    "FILE_SYSTEM_ID_RE",
     "LUSTRE_PORT_RANGES",
     "LUSTRE_TYPES",
     "LUSTRE_VERSIONS",
@@ -31,15 +33,23 @@ __all__ = [
     "LustreTypeFacts",
     "allowed_capacity_text",
     "check_deployment_type",
+    "is_file_system_id",
     "sagemaker_channel",
     "size_lustre",
     "valid_storage_capacity",
 ]
 
 
-def _is_token(value: Any) -> bool:
-    """An unresolved CDK token rendered as a string (checked without loading the CDK)."""
-    return isinstance(value, str) and "${Token[" in value
+#: A file system id as the FSx API defines it (botocore ``fsx/2018-03-01/service-2.json``, shape
+#: ``FileSystemId``: pattern ``^(fs-[0-9a-f]{8,})$``, length 11 to 21, so 8 to 18 hex digits); SageMaker's
+#: ``FileSystemDataSource.FileSystemId`` (``sagemaker/2017-07-24``) has the same pattern and lengths.
+FILE_SYSTEM_ID_RE = re.compile(r"^fs-[0-9a-f]{8,18}$")
+FILE_SYSTEM_ID_ALLOWED = "a file system id 'fs-' + 8 to 18 lowercase hex digits, such as 'fs-0123456789abcdef0'"
+
+
+def is_file_system_id(value: Any) -> bool:
+    """True when ``value`` is a well-formed FSx (or SageMaker channel) file system id (see FILE_SYSTEM_ID_RE)."""
+    return isinstance(value, str) and FILE_SYSTEM_ID_RE.fullmatch(value) is not None
 
 
 LustreDeploymentTypeName = Literal["SCRATCH_2", "PERSISTENT_2"]
@@ -284,11 +294,11 @@ def sagemaker_channel(
         raise fail(where, "file_system_type", file_system_type, ", ".join(get_args(FileSystemType)))
     if access_mode not in get_args(AccessMode):
         raise fail(where, "access_mode", access_mode, "'ro' (read-only) or 'rw' (read-write)")
-    if not _is_token(channel_name) and not (_CHANNEL_NAME_RE.fullmatch(channel_name or "") and len(channel_name) <= 64):
+    if not is_token(channel_name) and not (_CHANNEL_NAME_RE.fullmatch(channel_name or "") and len(channel_name) <= 64):
         raise fail(where, "channel_name", channel_name, "1-64 characters of letters, digits, '.', '-' and '_'")
-    if not _is_token(file_system_id) and not re.fullmatch(r"fs-[0-9a-f]{8,}", file_system_id or ""):
-        raise fail(where, "file_system_id", file_system_id, "an id such as 'fs-0123456789abcdef0'")
-    if not _is_token(directory_path) and (not str(directory_path).startswith("/") or ".." in directory_path):
+    if not is_token(file_system_id) and not is_file_system_id(file_system_id):
+        raise fail(where, "file_system_id", file_system_id, FILE_SYSTEM_ID_ALLOWED)
+    if not is_token(directory_path) and (not str(directory_path).startswith("/") or ".." in directory_path):
         raise fail(where, "directory_path", directory_path, "an absolute path without '..'")
     channel: dict[str, Any] = {
         "ChannelName": channel_name,

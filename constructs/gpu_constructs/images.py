@@ -23,17 +23,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-import jsii
-from aws_cdk import Duration, RemovalPolicy, Stack, Token
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from constructs import Construct, IConstruct, IValidation
+from constructs import Construct
 
 from gpu_constructs import nag
 from gpu_constructs.catalog import check_cuda_supports
@@ -50,6 +49,7 @@ from gpu_constructs.dlc import (
     resolve_dlc,
 )
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.keys import given_or_new_key
 from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.nag import flatten_reference
 
@@ -60,6 +60,7 @@ __all__ = [
     "DlcImage",
     "GpuImage",
     "ImageKind",
+    "ImageLike",
     "ImageUsage",
     "SecureRepository",
     "dlc_image_uri",
@@ -112,15 +113,10 @@ class SecureRepository(Construct):
             and not (_REPO_NAME_RE.fullmatch(repository_name) and 2 <= len(repository_name) <= 256)
         ):
             raise fail(self, "repository_name", repository_name, "2-256 lowercase letters, digits and ._-/")
-        if encryption_key is None:
-            encryption_key = kms.Key(
-                self,
-                "Key",
-                description=f"Encrypts the container images of {self.node.path}",
-                enable_key_rotation=True,
-                removal_policy=removal_policy,
-                pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
-            )
+        description = f"Encrypts the container images of {self.node.path}"
+        encryption_key = given_or_new_key(
+            encryption_key, self, "Key", description=description, removal_policy=removal_policy
+        )
         self.encryption_key: kms.IKey = encryption_key
         self.repository = ecr.Repository(
             self,
@@ -198,18 +194,18 @@ _PROJECT_ROLE_REASON = (
 )
 _LAMBDA_BASIC = "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
 _ECR_PUBLIC_READ = "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"
+_FROM_ASSETS = "limited to the CDK assets bucket, since the build downloads its zipped source from there"
+_IMAGES_KEY_REASON = (
+    "Safe because the key actions apply only to the images key, since the project encrypts its build output and logs "
+    "with it"
+)
 #: Wildcard actions the build role is expected to hold (CDK grant helpers), with the reason for each.
 _EXPECTED_WILDCARD_ACTIONS: dict[str, str] = {
-    "s3:GetBucket*": "Safe because the S3 read actions are limited to the CDK assets bucket, since the build "
-    "downloads its zipped source from there",
-    "s3:GetObject*": "Safe because object reads are limited to the CDK assets bucket, since the build downloads "
-    "its zipped source from there",
-    "s3:List*": "Safe because listing is limited to the CDK assets bucket, since the build downloads its zipped "
-    "source from there",
-    "kms:GenerateDataKey*": "Safe because the key actions apply only to the images key, since the project encrypts "
-    "its build output and logs with it",
-    "kms:ReEncrypt*": "Safe because the key actions apply only to the images key, since the project encrypts its "
-    "build output and logs with it",
+    "s3:GetBucket*": f"Safe because the S3 read actions are {_FROM_ASSETS}",
+    "s3:GetObject*": f"Safe because object reads are {_FROM_ASSETS}",
+    "s3:List*": f"Safe because listing is {_FROM_ASSETS}",
+    "kms:GenerateDataKey*": _IMAGES_KEY_REASON,
+    "kms:ReEncrypt*": _IMAGES_KEY_REASON,
 }
 _STAR_RESOURCE_ACTIONS = frozenset({"ecr:GetAuthorizationToken"})
 _STAR_REASON = (
@@ -276,29 +272,13 @@ def expected_build_wildcards(document: Mapping[str, Any], project_logical_id: st
     return found
 
 
-@jsii.implements(IValidation)
-class _BuildPolicyWildcards:
-    """Acknowledges the expected IAM5 findings of the build role's policy once references are final
-    (validation phase: after cross-stack references become imports, before the compliance plugins)."""
+def _build_wildcards(project: codebuild.CfnProject) -> nag.ExpectedFindings:
+    """The expected findings of a build role's policy, computed when the project's logical id is final."""
 
-    def __init__(self, project: codebuild.CfnProject, policy: IConstruct) -> None:
-        self._project = project
-        self._policy = policy
-        self._done = False
+    def expected(document: Mapping[str, Any], stack: Stack) -> Mapping[str, str]:
+        return expected_build_wildcards(document, str(stack.resolve(project.logical_id)))
 
-    def validate(self) -> list[str]:
-        if self._done:
-            return []
-        self._done = True
-        cfn = self._policy.node.default_child
-        if not isinstance(cfn, iam.CfnPolicy):
-            return []
-        stack = Stack.of(cfn)
-        document = stack.resolve(cfn.policy_document)
-        logical_id = str(stack.resolve(self._project.logical_id))
-        for finding, reason in sorted(expected_build_wildcards(document, logical_id).items()):
-            nag.acknowledge(cfn, nag.AWS_SOLUTIONS, f"IAM5[{finding}]", reason)
-        return []
+    return expected
 
 
 def _harden_deploy_time_build(stack: Stack, key: kms.IKey) -> None:
@@ -342,7 +322,7 @@ def _harden_deploy_time_build(stack: Stack, key: kms.IKey) -> None:
                 policy = role.node.try_find_child("DefaultPolicy")
                 if policy is not None:
                     nag.acknowledge_compliance(policy, "IAMNoInlinePolicy", _INLINE_REASON)
-                    child.node.add_validation(_BuildPolicyWildcards(cfn, policy))
+                    nag.acknowledge_wildcards(policy, expected=_build_wildcards(cfn), on=child)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,6 +391,69 @@ def _check_platform(where: str, platform: str) -> ecr_assets.Platform:
     return PLATFORMS[platform]
 
 
+class _Build(NamedTuple):
+    """The checked inputs of an image built from a directory (:meth:`GpuImage.from_codebuild`, ``from_asset``)."""
+
+    usage: ImageUsage
+    cuda: str | None
+    context: str
+    file: str
+    excludes: list[str]
+    args: dict[str, str]
+    platform: ecr_assets.Platform
+
+    @classmethod
+    def check(
+        cls,
+        where: str,
+        usage: str,
+        cuda_version: str | None,
+        directory: str | Path,
+        file: str,
+        build_args: Mapping[str, str] | None,
+        platform: str,
+    ) -> _Build:
+        usage = _check_usage(where, usage)
+        cuda = _check_cuda(where, cuda_version)
+        context, excludes = _build_context(where, directory, file)
+        args = _check_build_args(where, build_args)
+        return cls(usage, cuda, context, file, excludes, args, _check_platform(where, platform))
+
+    def props(self) -> dict[str, Any]:
+        """The build properties ``DockerImageAsset`` and ``ContainerImageBuild`` share."""
+        return {
+            "directory": self.context,
+            "file": self.file,
+            "exclude": self.excludes,
+            "build_args": self.args or None,
+            "platform": self.platform,
+        }
+
+
+@runtime_checkable
+class ImageLike(Protocol):
+    """What the training pipeline and the endpoint need from a container image (:class:`GpuImage` provides it).
+
+    The one image protocol: ``gpu_constructs.endpoint.InferenceImage`` and
+    ``gpu_constructs.training.TrainingImageLike`` are this protocol under their former names.
+    """
+
+    @property
+    def image_uri(self) -> str: ...
+
+    @property
+    def usage(self) -> str: ...
+
+    @property
+    def cuda_version(self) -> str | None: ...
+
+    def require_usage(self, expected: ImageUsage, where: str) -> None: ...
+
+    def check_instance(self, instance_type: str, where: str) -> None: ...
+
+    def grant_pull(self, grantee: iam.IGrantable) -> iam.Grant | None: ...
+
+
 class GpuImage:
     """A container image for GPU training or inference. Create it with one of the four factories.
 
@@ -443,7 +486,7 @@ class GpuImage:
         self.where = where
 
     def __repr__(self) -> str:
-        uri = "<token>" if Token.is_unresolved(self.image_uri) else self.image_uri
+        uri = "<token>" if is_token(self.image_uri) else self.image_uri
         return f"GpuImage({self.kind}, {self.usage}, cuda={self.cuda_version}, {uri})"
 
     # -- compatibility ----------------------------------------------------------------------------------
@@ -567,11 +610,7 @@ class GpuImage:
 
         holder = Construct(scope, construct_id)
         where = path_of(holder)
-        usage = _check_usage(where, usage)
-        cuda = _check_cuda(where, cuda_version)
-        context, excludes = _build_context(where, directory, file)
-        args = _check_build_args(where, build_args)
-        docker_platform = _check_platform(where, platform)
+        checked = _Build.check(where, usage, cuda_version, directory, file, build_args, platform)
         if repository is None:
             repository = SecureRepository(
                 holder,
@@ -585,19 +624,15 @@ class GpuImage:
         build = ContainerImageBuild(
             holder,
             "Build",
-            directory=context,
-            file=file,
-            exclude=excludes,
-            build_args=args or None,
-            platform=docker_platform,
+            **checked.props(),
             repository=repository.repository,
             zstd_compression=zstd_compression,
         )
         _harden_deploy_time_build(Stack.of(holder), key)
         return cls(
             image_uri=build.image_uri,
-            usage=usage,
-            cuda_version=cuda,
+            usage=checked.usage,
+            cuda_version=checked.cuda,
             kind="codebuild",
             repository=repository.repository,
             encryption_key=repository.encryption_key,
@@ -621,23 +656,16 @@ class GpuImage:
         """A local ``DockerImageAsset``: the CDK CLI builds it with Docker and pushes it to the bootstrap
         repository at deploy time."""
         where = f"{path_of(scope)}/{construct_id}"
-        usage = _check_usage(where, usage)
-        cuda = _check_cuda(where, cuda_version)
-        context, excludes = _build_context(where, directory, file)
-        args = _check_build_args(where, build_args)
+        checked = _Build.check(where, usage, cuda_version, directory, file, build_args, platform)
         asset = ecr_assets.DockerImageAsset(
             scope,
             construct_id,
-            directory=context,
-            file=file,
-            exclude=excludes,
-            build_args=args or None,
-            platform=_check_platform(where, platform),
+            **checked.props(),
         )
         return cls(
             image_uri=asset.image_uri,
-            usage=usage,
-            cuda_version=cuda,
+            usage=checked.usage,
+            cuda_version=checked.cuda,
             kind="asset",
             repository=asset.repository,
             construct=asset,

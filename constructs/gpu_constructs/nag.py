@@ -9,11 +9,15 @@ a "because"/"since" clause.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import aws_cdk as cdk
-from constructs import IConstruct
+import jsii
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import IConstruct, IValidation
 
 from gpu_constructs.errors import ValidationError, path_of
 
@@ -118,3 +122,177 @@ def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
+
+
+# --------------------------------------------------------------------------------------------------
+# Wildcard findings (AwsSolutions-IAM5)
+# --------------------------------------------------------------------------------------------------
+
+
+def wildcard_findings(statements: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The IAM5 finding ids (``Action::x*``, ``Resource::...*``) of resolved Allow statements."""
+    found: set[str] = set()
+    for statement in statements:
+        if statement.get("Effect") != "Allow":
+            continue
+        found.update(f"Action::{a}" for a in map(str, as_list(statement.get("Action"))) if "*" in a)
+        for resource in as_list(statement.get("Resource")):
+            flat = flatten_reference(resource)
+            if "*" in flat:
+                found.add(f"Resource::{flat}")
+    return found
+
+
+def star_resource_actions(statements: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The actions of resolved Allow statements whose resources include ``*`` (one ``Resource::*`` finding)."""
+    return {
+        str(action)
+        for st in statements
+        if st.get("Effect") == "Allow" and "*" in map(flatten_reference, as_list(st.get("Resource")))
+        for action in as_list(st.get("Action"))
+    }
+
+
+#: ``expected(document, stack)``: the finding ids a policy causes on purpose, with the reason for each.
+ExpectedFindings = Callable[[Mapping[str, Any], cdk.Stack], Mapping[str, str]]
+
+
+@jsii.implements(IValidation)
+class WildcardAcknowledgment:
+    """Acknowledges the expected IAM5 findings of one IAM policy, in the app's validation phase.
+
+    Cross-stack references only become imports when the app is prepared, so the exact finding ids are
+    computed then (before the compliance plugins run), one acknowledgment per finding id on the policy's L1
+    resource. A finding is expected when one of these says so (the first one that does gives the reason):
+
+    * ``expected(document, stack)``: a function of the resolved policy document (for findings that depend on
+      logical ids or on conditions);
+    * ``Resource::*``: when every action of the Allow statements on ``*`` is in ``star_actions`` or is an
+      action of a statement passed to :meth:`expect` with ``*`` among its resources (actions without
+      resource-level permissions); the reason is ``star_reason`` or that statement's reason;
+    * a statement passed to :meth:`expect`: its own wildcards, with its reason;
+    * :meth:`expect_key_actions`: wildcard ``kms:`` actions of statements whose only resource is the key;
+    * ``patterns``: ``(regex, reason)`` pairs, the first whose regex fully matches a reported finding id.
+
+    Any other wildcard stays reported. Use :func:`acknowledge_wildcards` to create and register one.
+    """
+
+    def __init__(
+        self,
+        policy: IConstruct,
+        *,
+        patterns: Sequence[tuple[str, str]] = (),
+        star_actions: Iterable[str] = (),
+        star_reason: str | None = None,
+        expected: ExpectedFindings | None = None,
+    ) -> None:
+        self._policy = policy
+        self._patterns = [(re.compile(pattern), reason) for pattern, reason in patterns]
+        self._star_actions = frozenset(star_actions)
+        self._star_reason = star_reason
+        self._expected_fn = expected
+        self._statements: list[tuple[iam.PolicyStatement, str]] = []
+        self._keys: list[tuple[kms.IKey, str]] = []
+        self._done = False
+
+    def expect(self, statement: iam.PolicyStatement, reason: str) -> None:
+        """Expect the wildcards of ``statement`` (as resolved in the final policy), with ``reason``."""
+        check_reason(reason, f"{self._policy.node.path}: IAM5")
+        self._statements.append((statement, reason))
+
+    def expect_key_actions(self, key: kms.IKey, reason: str) -> None:
+        """Expect the wildcard KMS actions of statements whose only resource is ``key``."""
+        check_reason(reason, f"{self._policy.node.path}: IAM5")
+        self._keys.append((key, reason))
+
+    def _cfn(self) -> iam.CfnPolicy | None:
+        cfn = self._policy if isinstance(self._policy, iam.CfnPolicy) else self._policy.node.default_child
+        return cfn if isinstance(cfn, iam.CfnPolicy) else None  # an imported role's policy: nothing here
+
+    def expected_findings(self, document: Mapping[str, Any], stack: cdk.Stack) -> dict[str, str]:
+        """The finding ids of the resolved ``document`` to acknowledge, with the reason for each."""
+        statements = as_list(document.get("Statement"))
+        reported = wildcard_findings(statements)
+        reasons: dict[str, str] = {}
+        if self._expected_fn is not None:
+            for finding, reason in self._expected_fn(document, stack).items():
+                reasons.setdefault(finding, reason)
+        self._expect_star(statements, reported, reasons)
+        for statement, reason in self._statements:
+            for finding in sorted(wildcard_findings([stack.resolve(statement.to_statement_json())])):
+                if finding != "Resource::*" and finding in reported:
+                    reasons.setdefault(finding, reason)
+        for key, reason in self._keys:
+            key_arn = flatten_reference(stack.resolve(key.key_arn))
+            for st in statements:
+                if st.get("Effect") != "Allow" or [flatten_reference(r) for r in as_list(st.get("Resource"))] != [
+                    key_arn
+                ]:
+                    continue
+                for action in map(str, as_list(st.get("Action"))):
+                    if action.startswith("kms:") and "*" in action:
+                        reasons.setdefault(f"Action::{action}", reason)
+        for finding in sorted(reported - {"Resource::*"}):
+            for pattern, reason in self._patterns:
+                if pattern.fullmatch(finding):
+                    reasons.setdefault(finding, reason)
+                    break
+        return reasons
+
+    def _expect_star(self, statements: list[Any], reported: set[str], reasons: dict[str, str]) -> None:
+        if "Resource::*" not in reported:
+            return
+        allowed = set(self._star_actions)
+        reason = self._star_reason
+        for statement, why in self._statements:
+            if "*" in statement.resources:
+                allowed.update(map(str, statement.actions))
+                reason = reason or why
+        if reason is not None and star_resource_actions(statements) <= allowed:
+            reasons.setdefault("Resource::*", reason)
+
+    def validate(self) -> list[str]:
+        if self._done:
+            return []
+        self._done = True
+        cfn = self._cfn()
+        if cfn is None:
+            return []
+        stack = cdk.Stack.of(cfn)
+        document = stack.resolve(cfn.policy_document)
+        for finding, reason in sorted(self.expected_findings(document, stack).items()):
+            acknowledge(cfn, AWS_SOLUTIONS, f"IAM5[{finding}]", reason)
+        return []
+
+
+def acknowledge_wildcards(
+    policy: IConstruct,
+    patterns: Sequence[tuple[str, str]] = (),
+    *,
+    star_actions: Iterable[str] = (),
+    star_reason: str | None = None,
+    expected: ExpectedFindings | None = None,
+    on: IConstruct | None = None,
+) -> WildcardAcknowledgment:
+    """Acknowledge, when the app is validated, the IAM5 findings ``policy`` causes on purpose.
+
+    ``policy`` is an ``iam.Policy`` (a role's ``DefaultPolicy``) or its ``iam.CfnPolicy``; the validation runs
+    on ``on`` (default: the policy). See :class:`WildcardAcknowledgment` for what is expected; statements
+    can be added later with :meth:`WildcardAcknowledgment.expect`. Example::
+
+        nag.acknowledge_wildcards(
+            role_policy,
+            [(r"Resource::[^*]*/datasets/\\*", "Safe because the wildcard is the key suffix of one prefix")],
+            star_actions={"ecr:GetAuthorizationToken"},
+            star_reason="Safe because ecr:GetAuthorizationToken has no resource-level permissions",
+        )
+    """
+    for _pattern, reason in patterns:
+        check_reason(reason, f"{policy.node.path}: IAM5")
+    if star_reason is not None:
+        check_reason(star_reason, f"{policy.node.path}: IAM5")
+    validation = WildcardAcknowledgment(
+        policy, patterns=patterns, star_actions=star_actions, star_reason=star_reason, expected=expected
+    )
+    (on or policy).node.add_validation(validation)
+    return validation

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Names, RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -36,12 +36,9 @@ from gpu_constructs.constants import (  # re-exported: the table lives in a CDK-
     TRAINING_SUBNETS,
 )
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-from gpu_constructs.keys import allow_cloudwatch_logs
+from gpu_constructs.keys import allow_cloudwatch_logs, given_or_new_key
+from gpu_constructs.security_groups import cluster_security_group
 
-INTRA_GROUP_REASON = (
-    "Safe because the only source is this security group itself, not a CIDR: multi-node training (NCCL "
-    "over TCP and EFA) needs all traffic between the group's members, as SageMaker and EFA require"
-)
 NAT_ROUTE_REASON = (
     "Safe because this default route is in a public subnet that holds only a NAT gateway: nothing else "
     "launches there and public IPs are off; workloads run in private subnets behind the NAT"
@@ -355,16 +352,8 @@ class GpuNetwork(Construct):
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _workload_sg(self, construct_id: str, description: str, *, intra_group: bool) -> ec2.SecurityGroup:
-        sg = ec2.SecurityGroup(self, construct_id, vpc=self.vpc, description=description, allow_all_outbound=False)
-        sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs (VPC endpoints, S3)")
-        if intra_group:
-            sg.connections.allow_internally(
-                ec2.Port.all_traffic(), "NCCL and EFA traffic between members of this group"
-            )
-            ingress = sg.node.try_find_child(f"from {Names.unique_id(sg)}:ALL TRAFFIC")
-            if ingress is not None:
-                nag.acknowledge_compliance(ingress, "EC2RestrictedCommonPorts", INTRA_GROUP_REASON)
-        return sg
+        internal = "NCCL and EFA traffic between members of this group" if intra_group else None
+        return cluster_security_group(self, construct_id, vpc=self.vpc, description=description, internal=internal)
 
     @property
     def workload_security_groups(self) -> list[ec2.ISecurityGroup]:
@@ -398,16 +387,8 @@ class GpuNetwork(Construct):
         retention: logs.RetentionDays,
         removal_policy: RemovalPolicy,
     ) -> None:
-        if key is None:
-            new_key = kms.Key(
-                self,
-                "FlowLogsKey",
-                description=f"Encrypts VPC flow logs of {self.node.path}",
-                enable_key_rotation=True,
-                removal_policy=removal_policy,
-                pending_window=Duration.days(30 if removal_policy == RemovalPolicy.RETAIN else 7),
-            )
-            key = new_key
+        description = f"Encrypts VPC flow logs of {self.node.path}"
+        key = given_or_new_key(key, self, "FlowLogsKey", description=description, removal_policy=removal_policy)
         stack = Stack.of(self)
         # CloudWatch Logs may use the key only for this account's log groups in this region.
         allow_cloudwatch_logs(key, stack, sid="AllowCloudWatchLogsForThisAccount")

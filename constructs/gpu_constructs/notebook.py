@@ -48,16 +48,14 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from gpu_constructs import nag
 from gpu_constructs.catalog import InstanceType, lookup, require_nvidia_gpu
-from gpu_constructs.errors import ValidationError, fail, is_token, path_of, require_range
-from gpu_constructs.fleet import (
-    DATA_GRANT_REASON,
-    LustreFileSystemLike,
-    PolicyWildcards,
-    allow_lustre_clients,
-    render_script,
-)
+from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.fleet.acknowledgments import PolicyWildcards, acknowledge_role_policy
+from gpu_constructs.lustre_clients import allow_lustre_clients
+from gpu_constructs.lustre_mount import LustreFileSystemLike, LustreMount, check_file_system
+from gpu_constructs.notebook_options import check_package_key, check_volume_size
+from gpu_constructs.principals import RoleCompute
+from gpu_constructs.scripts import render_script
 from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 
 __all__ = ["LIFECYCLE_CONTENT_LIMIT", "NOTEBOOK_LOG_GROUP", "NOTEBOOK_PYTHON", "GpuNotebook", "NotebookPackage"]
@@ -69,14 +67,13 @@ NOTEBOOK_PYTHON = "3.10"
 NOTEBOOK_LOG_GROUP = "/aws/sagemaker/NotebookInstances"
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-_S3_KEY_RE = re.compile(r"^[A-Za-z0-9!_.*()/=+-]+$")
-_MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]+$")
 #: SageMaker limit of a lifecycle configuration's base64 content (NotebookInstanceLifecycleHook.Content).
 LIFECYCLE_CONTENT_LIMIT = 16384
 # SageMaker stops a lifecycle script after five minutes.
 _LIFECYCLE_LIMIT_SECONDS = 300
 #: The start script's own work (GPU check, Lustre mount, waiting for the optional step) ends by then.
 _START_BUDGET_SECONDS = _LIFECYCLE_LIMIT_SECONDS - 60
+_START_BUDGET_REASON = " (SageMaker stops lifecycle scripts after 5 minutes)"
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,7 @@ class NotebookPackage:
 
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
-class GpuNotebook(Construct):
+class GpuNotebook(RoleCompute, Construct):
     """A SageMaker notebook instance on a catalog GPU type, in the VPC, checked at every start.
 
     :param notebook_name: name of the notebook instance (``[a-zA-Z0-9](-*[a-zA-Z0-9])*``, up to 63).
@@ -172,10 +169,13 @@ class GpuNotebook(Construct):
         self._wildcards: PolicyWildcards | None = None
         self._validate_name(notebook_name)
         self.instance: InstanceType = self._validate_instance_type(instance_type, gpu)
-        self._validate_volume(volume_size_gib)
+        check_volume_size(path_of(self), volume_size_gib)
         self._validate_security_groups(security_groups)
         self._validate_package(package)
-        self._validate_lustre(file_system, lustre_mount_path, lustre_mount_attempts, lustre_retry_interval)
+        mount = LustreMount(lustre_mount_path, lustre_mount_attempts, lustre_retry_interval.to_seconds())
+        if file_system is not None:
+            check_file_system(path_of(self), file_system)
+            mount.check(path_of(self), max_wait_seconds=_START_BUDGET_SECONDS, max_wait_reason=_START_BUDGET_REASON)
         stack = Stack.of(self)
         self.notebook_name = notebook_name
         self.gpu_count = self.instance.nvidia_gpu_count if gpu else 0
@@ -210,15 +210,7 @@ class GpuNotebook(Construct):
                     LOG_STREAM_REASON,
                 ),
             ]
-            for statement, _reason in statements:
-                new_role.add_to_principal_policy(statement)
-            policy = new_role.node.try_find_child("DefaultPolicy")
-            assert policy is not None
-            nag.acknowledge_compliance(policy, "IAMNoInlinePolicy", ROLE_POLICY_REASON)
-            self._wildcards = PolicyWildcards(policy)
-            for statement, reason in statements:
-                self._wildcards.expect(statement, reason)
-            self.node.add_validation(self._wildcards)
+            self._wildcards = acknowledge_role_policy(self, new_role, statements, ROLE_POLICY_REASON)
             role = new_role
         self.role = role
         self._connections = ec2.Connections(security_groups=list(security_groups))
@@ -236,15 +228,7 @@ class GpuNotebook(Construct):
         if package is not None:
             settings["GPUCTL_PACKAGE_URI"], settings["GPUCTL_PACKAGE_FILE"] = self._bind_package(package, role)
         if file_system is not None:
-            settings.update(
-                {
-                    "LUSTRE_DNS_NAME": file_system.dns_name,
-                    "LUSTRE_MOUNT_NAME": file_system.mount_name,
-                    "LUSTRE_MOUNT_PATH": lustre_mount_path,
-                    "LUSTRE_MOUNT_ATTEMPTS": str(lustre_mount_attempts),
-                    "LUSTRE_RETRY_SECONDS": str(int(lustre_retry_interval.to_seconds())),
-                }
-            )
+            settings.update(mount.script_settings(file_system))
         self.start_script = render_script("notebook_on_start.sh", settings)
         self._validate_script_size(self.start_script)
         self.lifecycle_config = sagemaker.CfnNotebookInstanceLifecycleConfig(
@@ -300,11 +284,6 @@ class GpuNotebook(Construct):
             )
         return it
 
-    def _validate_volume(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise fail(self, "volume_size_gib", size, "a whole number of GiB from 5 to 16384")
-        require_range(self, "volume_size_gib", size, minimum=5, maximum=16384)
-
     def _validate_security_groups(self, groups: list[ec2.ISecurityGroup]) -> None:
         if not groups or len(groups) > 5:
             raise fail(self, "security_groups", len(groups or []), "1 to 5 security groups")
@@ -323,10 +302,7 @@ class GpuNotebook(Construct):
         key = package.key
         if not isinstance(key, str) or is_token(key):
             raise fail(self, "package (bucket key)", key, "a literal S3 key (its file name is the wheel's)")
-        if key.startswith("/") or ".." in key or not _S3_KEY_RE.match(key):
-            raise fail(self, "package (bucket key)", key, "a relative S3 key such as 'tools/<wheel file>'")
-        if not WHEEL_NAME_RE.match(key.rsplit("/", 1)[-1]):
-            raise fail(self, "package (bucket key)", key, f"a key whose last part is {WHEEL_NAME_ALLOWED}")
+        check_package_key(path_of(self), key)
 
     def _bind_package(self, package: NotebookPackage, role: iam.IRole) -> tuple[str, str]:
         """The package's ``s3://`` URI and local file name; the role may read exactly that object."""
@@ -345,26 +321,6 @@ class GpuNotebook(Construct):
             package.encryption_key.grant_decrypt(role)
         return uri, name
 
-    def _validate_lustre(
-        self, file_system: LustreFileSystemLike | None, path: str, attempts: int, interval: Duration
-    ) -> None:
-        if file_system is None:
-            return
-        if not isinstance(file_system, LustreFileSystemLike):
-            raise fail(self, "file_system", file_system, "an object with dns_name, mount_name and connections")
-        if not _MOUNT_PATH_RE.match(path) or ".." in path:
-            raise fail(self, "lustre_mount_path", path, "an absolute path of letters, digits and ._-/")
-        require_range(self, "lustre_mount_attempts", attempts, minimum=1)
-        require_range(self, "lustre_retry_interval (seconds)", interval.to_seconds(), minimum=0)
-        budget = attempts * interval.to_seconds()
-        if budget > _START_BUDGET_SECONDS:
-            raise fail(
-                self,
-                "lustre_mount_attempts x lustre_retry_interval (seconds)",
-                budget,
-                f"at most {_START_BUDGET_SECONDS} (SageMaker stops lifecycle scripts after 5 minutes)",
-            )
-
     def _validate_script_size(self, script: str) -> None:
         # OnStart content is base64, at most 16384 characters; tokens (region, bucket, DNS name) render as
         # ~20-character placeholders here, so keep 512 bytes for their values.
@@ -377,25 +333,6 @@ class GpuNotebook(Construct):
             )
 
     # -- exposed ----------------------------------------------------------------------------------------
-
-    def acknowledge_data_grants(self, *grants: iam.Grant, encryption_key: kms.IKey | None = None) -> None:
-        """Acknowledge the wildcard findings (IAM5) of S3 data grants to the notebook's own role, exactly those
-        (see :meth:`GpuFleet.acknowledge_data_grants`); nothing for a role passed in."""
-        if self._wildcards is None:
-            return
-        for grant in grants:
-            for statement in grant.principal_statements:
-                self._wildcards.expect(statement, DATA_GRANT_REASON)
-        if encryption_key is not None:
-            self._wildcards.expect_key_actions(encryption_key, DATA_GRANT_REASON)
-
-    @property
-    def connections(self) -> ec2.Connections:
-        return self._connections
-
-    @property
-    def grant_principal(self) -> iam.IPrincipal:
-        return self.role.grant_principal
 
     @property
     def notebook_instance_name(self) -> str:

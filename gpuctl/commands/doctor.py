@@ -11,14 +11,14 @@ import argparse
 import os
 from typing import Any
 
+from gpuctl.commands import add_command
+
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "check that NVIDIA GPUs are visible and usable by torch (driver, CUDA, devices)"
+
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "doctor",
-        help="check that NVIDIA GPUs are visible and usable by torch (driver, CUDA, devices)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "doctor", SUMMARY, __doc__)
     parser.add_argument(
         "--expect-gpus",
         type=int,

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from gpuctl.commands import add_command
+
 CONTENT_TYPES = {
     ".json": "application/json",
     ".npy": "application/x-npy",
@@ -27,13 +29,12 @@ CONTENT_TYPES = {
 }
 
 
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "send a file to a model server's /invocations (e.g. one started by gpuctl serve)"
+
+
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "invoke",
-        help="send a file to a model server's /invocations (e.g. one started by gpuctl serve)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "invoke", SUMMARY, __doc__)
     parser.add_argument("url", metavar="URL", help="server URL, e.g. http://127.0.0.1:8080")
     parser.add_argument("file", metavar="FILE", help="request body file ('-' reads stdin)")
     parser.add_argument("--content-type", help="request Content-Type (default: from FILE's extension)")

@@ -11,19 +11,20 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from gpuctl.aws_errors import AwsProblem, explain
-from gpuctl.commands import train as common
+from gpuctl import training_setup as common
+from gpuctl.aws_errors import explain
+from gpuctl.commands import add_command
+from gpuctl.commands.status import describe
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
 
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "print (and follow) a training job's CloudWatch logs"
+
+
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "logs",
-        help="print (and follow) a training job's CloudWatch logs",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "logs", SUMMARY, __doc__)
     parser.add_argument("job", help="training job name")
     common.add_setup_options(parser)
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
@@ -58,44 +59,36 @@ def events(logs: Any, job: str, *, start_time: int | None, region: str | None) -
         kwargs["nextToken"] = token
 
 
+@common.exit_codes("logs")
 def run(args: argparse.Namespace) -> int:
-    try:
-        region, _stack = common.resolve_region_and_stack(args)
-        logs = common.make_client("logs", region)
-        sagemaker = common.make_client("sagemaker", region) if args.follow else None
-        start: int | None = None
-        if args.since_minutes is not None:
-            import time
+    region, _stack = common.resolve_region_and_stack(args)
+    logs = common.make_client("logs", region)
+    sagemaker = common.make_client("sagemaker", region) if args.follow else None
+    start: int | None = None
+    if args.since_minutes is not None:
+        import time
 
-            start = int((time.time() - 60 * args.since_minutes) * 1000)
-        seen: set[str] = set()
-        printed = 0
-        while True:
-            latest = start
-            for event in events(logs, args.job, start_time=start, region=region):
-                key = event.get("eventId") or f"{event.get('logStreamName')}:{event.get('timestamp')}"
-                if key in seen:
-                    continue
-                seen.add(key)
-                printed += 1
-                host = host_of(event.get("logStreamName", ""), args.job)
-                print(f"[{host}] {event.get('message', '').rstrip()}", flush=True)
-                latest = max(latest or 0, int(event.get("timestamp", 0)))
-            if not args.follow:
-                if not printed:
-                    print(f"no log lines yet for {args.job} in {LOG_GROUP} ({region})", file=sys.stderr)
-                return 0
-            from gpuctl.commands.status import describe
-
-            job = describe(sagemaker, args.job, region)
-            if job.get("TrainingJobStatus") in common.TERMINAL:
-                print(f"{args.job}: {job['TrainingJobStatus']}", file=sys.stderr)
-                return 0 if job["TrainingJobStatus"] == "Completed" else 1
-            start = latest
-            common.sleep(min(common.poll_interval(), 10.0))
-    except common.UsageError as exc:
-        print(f"gpuctl logs: {exc}", file=sys.stderr)
-        return 2
-    except AwsProblem as exc:
-        print(f"gpuctl logs: {exc}", file=sys.stderr)
-        return 1
+        start = int((time.time() - 60 * args.since_minutes) * 1000)
+    seen: set[str] = set()
+    printed = 0
+    while True:
+        latest = start
+        for event in events(logs, args.job, start_time=start, region=region):
+            key = event.get("eventId") or f"{event.get('logStreamName')}:{event.get('timestamp')}"
+            if key in seen:
+                continue
+            seen.add(key)
+            printed += 1
+            host = host_of(event.get("logStreamName", ""), args.job)
+            print(f"[{host}] {event.get('message', '').rstrip()}", flush=True)
+            latest = max(latest or 0, int(event.get("timestamp", 0)))
+        if not args.follow:
+            if not printed:
+                print(f"no log lines yet for {args.job} in {LOG_GROUP} ({region})", file=sys.stderr)
+            return 0
+        job = describe(sagemaker, args.job, region)
+        if job.get("TrainingJobStatus") in common.TERMINAL:
+            print(f"{args.job}: {job['TrainingJobStatus']}", file=sys.stderr)
+            return 0 if job["TrainingJobStatus"] == "Completed" else 1
+        start = latest
+        common.sleep(min(common.poll_interval(), 10.0))

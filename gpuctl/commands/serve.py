@@ -19,14 +19,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpuctl.commands import add_command
+
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "serve a model.tar.gz or model directory locally with the inference image's server"
+
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve a model.tar.gz or model directory locally with the inference image's server",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "serve", SUMMARY, __doc__)
     parser.add_argument("model", metavar="MODEL_TAR_OR_DIR", help="model.tar.gz (or .tgz/.tar) or its unpacked folder")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 picks a free one)")

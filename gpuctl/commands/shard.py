@@ -6,15 +6,14 @@ import argparse
 from typing import Any
 
 from gpu_train import shard_cli
+from gpuctl.commands import add_command
+
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "pack a directory or manifest of small files into tar shards (WebDataset layout)"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "shard",
-        help="pack a directory or manifest of small files into tar shards (WebDataset layout)",
-        description=shard_cli.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "shard", SUMMARY, shard_cli.__doc__)
     shard_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import sys
 from typing import Any
 
-from gpuctl.aws_errors import AwsProblem, explain, explain_failure_reason
-from gpuctl.commands import train as common
+from gpuctl import training_setup as common
+from gpuctl.aws_errors import explain, explain_failure_reason
+from gpuctl.commands import add_command
+
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "show a training job's progress, metrics and failure reason"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "status",
-        help="show a training job's progress, metrics and failure reason",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "status", SUMMARY, __doc__)
     parser.add_argument("job", nargs="?", help="training job name (default: list the setup's latest jobs)")
     common.add_setup_options(parser)
     parser.add_argument("--wait", action="store_true", help="poll until the job ends")
@@ -133,23 +131,17 @@ def list_jobs(sagemaker: Any, prefix: str | None, region: str | None) -> str:
     return "\n".join(rows)
 
 
+@common.exit_codes("status")
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.job:
-            region, _stack = common.resolve_region_and_stack(args)
-            sagemaker = common.make_client("sagemaker", region)
-            if args.wait:
-                return wait_for(sagemaker, args.job, region)
-            job = describe(sagemaker, args.job, region)
-            print(format_job(job, region))
-            return 1 if job.get("TrainingJobStatus") == "Failed" else 0
-        setup = common.load_setup(args, with_spec=False)
-        sagemaker = common.make_client("sagemaker", setup.region)
-        print(list_jobs(sagemaker, setup.job_name_prefix, setup.region))
-        return 0
-    except common.UsageError as exc:
-        print(f"gpuctl status: {exc}", file=sys.stderr)
-        return 2
-    except AwsProblem as exc:
-        print(f"gpuctl status: {exc}", file=sys.stderr)
-        return 1
+    if args.job:
+        region, _stack = common.resolve_region_and_stack(args)
+        sagemaker = common.make_client("sagemaker", region)
+        if args.wait:
+            return wait_for(sagemaker, args.job, region)
+        job = describe(sagemaker, args.job, region)
+        print(format_job(job, region))
+        return 1 if job.get("TrainingJobStatus") == "Failed" else 0
+    setup = common.load_setup(args, with_spec=False)
+    sagemaker = common.make_client("sagemaker", setup.region)
+    print(list_jobs(sagemaker, setup.job_name_prefix, setup.region))
+    return 0

@@ -7,38 +7,30 @@ runtime writes a checkpoint on SIGTERM, so a later job with the same checkpoint 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from gpuctl.aws_errors import AwsProblem, explain
-from gpuctl.commands import train as common
+from gpuctl import training_setup as common
+from gpuctl.aws_errors import explain
+from gpuctl.commands import add_command
+
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "stop a training job (it checkpoints on SIGTERM)"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "stop",
-        help="stop a training job (it checkpoints on SIGTERM)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "stop", SUMMARY, __doc__)
     parser.add_argument("job", help="training job name")
     common.add_setup_options(parser)
     parser.set_defaults(func=run)
 
 
+@common.exit_codes("stop")
 def run(args: argparse.Namespace) -> int:
+    region, _stack = common.resolve_region_and_stack(args)
+    sagemaker = common.make_client("sagemaker", region)
     try:
-        region, _stack = common.resolve_region_and_stack(args)
-        sagemaker = common.make_client("sagemaker", region)
-        try:
-            sagemaker.stop_training_job(TrainingJobName=args.job)
-        except Exception as exc:
-            raise explain(exc, operation="StopTrainingJob", region=region, job_name=args.job) from exc
-        print(f"stopping {args.job}: the job checkpoints on SIGTERM; follow it with gpuctl status {args.job} --wait")
-        return 0
-    except common.UsageError as exc:
-        print(f"gpuctl stop: {exc}", file=sys.stderr)
-        return 2
-    except AwsProblem as exc:
-        print(f"gpuctl stop: {exc}", file=sys.stderr)
-        return 1
+        sagemaker.stop_training_job(TrainingJobName=args.job)
+    except Exception as exc:
+        raise explain(exc, operation="StopTrainingJob", region=region, job_name=args.job) from exc
+    print(f"stopping {args.job}: the job checkpoints on SIGTERM; follow it with gpuctl status {args.job} --wait")
+    return 0

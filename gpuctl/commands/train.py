@@ -11,7 +11,7 @@ catalog, SageMaker's service model, the platform's rules) and sent with boto3 Cr
     gpuctl train --pipeline                        # run the deployed state machine instead (prepare step ...)
 
 Errors from AWS are explained in plain words with the next step (quota, capacity, access, validation).
-gpuctl status, gpuctl logs and gpuctl stop share the options to find the setup.
+gpuctl status, gpuctl logs and gpuctl stop share the options to find the setup (:mod:`gpuctl.training_setup`).
 """
 
 from __future__ import annotations
@@ -19,186 +19,31 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import re
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuctl.aws_errors import AwsProblem, explain
+from gpuctl import training_setup as common
+from gpuctl.aws_errors import explain
+from gpuctl.commands import add_command
+from gpuctl.commands.status import wait_for
+from gpuctl.training_setup import (
+    OUTPUT_STATE_MACHINE,
+    Setup,
+    UsageError,
+    add_setup_options,
+    console_url,
+    exit_codes,
+    load_setup,
+)
 
-STACK_SUFFIX = "-training"
-OUTPUT_SPEC_PARAMETER = "JobSpecParameter"
-OUTPUT_PREFIX = "JobNamePrefix"
-OUTPUT_STATE_MACHINE = "StateMachineArn"
-TERMINAL = ("Completed", "Failed", "Stopped")
-DEFAULT_ENV = "dev"
-
-# Tests replace this with a factory that returns stubbed clients.
-ClientFactory = Callable[[str, str | None], Any]
-
-
-def _boto3_client(service: str, region: str | None) -> Any:
-    import boto3
-
-    session: Any = boto3.session.Session(region_name=region)
-    return session.client(service)
-
-
-make_client: ClientFactory = _boto3_client
-
-
-class UsageError(Exception):
-    """Bad command-line input (exit code 2)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Finding the deployed setup
-# --------------------------------------------------------------------------------------------------
-
-
-def config_dirs() -> list[Path]:
-    """Where ``config/<env>.yaml`` is looked for: the working directory, then the repository of gpuctl."""
-    return [Path.cwd() / "config", Path(__file__).resolve().parents[2] / "config"]
-
-
-def read_env_config(env: str) -> dict[str, Any]:
-    """``resource_prefix`` and ``region`` of ``config/<env>.yaml``, read by the app's own typed loader.
-
-    The same validation as ``cdk synth`` applies, so a file the app would refuse is refused here with the same
-    message (file, key, value and what is allowed).
-    """
-    if not re.fullmatch(r"[a-z][a-z0-9-]*", env):
-        raise UsageError(f"--env {env!r} is not an environment name; allowed: e.g. dev, prod")
-    for directory in config_dirs():
-        path = directory / f"{env}.yaml"
-        if path.is_file():
-            try:
-                from stacks.config import ConfigError, parse_config
-            except ModuleNotFoundError as exc:  # a gpuctl installed without the platform's config package
-                raise UsageError(
-                    f"--env {env!r} needs the platform's config loader ({exc.name}), which is not installed here; "
-                    "run gpuctl from the repository's virtual environment (make setup), or pass --stack and --region"
-                ) from None
-            try:
-                config = parse_config(path.read_text(), path, env)
-            except ConfigError as exc:
-                raise UsageError(f"configuration error: {exc}") from None
-            return {"path": path, "resource_prefix": config.resource_prefix, "region": config.region}
-    searched = ", ".join(str(d) for d in config_dirs())
-    raise UsageError(f"--env {env!r}: no {env}.yaml in {searched}; pass --stack and --region instead")
-
-
-@dataclass
-class Setup:
-    """A deployed (or locally described) training setup."""
-
-    region: str | None
-    stack_name: str | None = None
-    outputs: dict[str, str] = field(default_factory=dict)
-    spec_text: str | None = None
-
-    @property
-    def job_name_prefix(self) -> str | None:
-        return self.outputs.get(OUTPUT_PREFIX)
-
-    def spec(self) -> Any:
-        from gpu_constructs.training_spec import TrainingJobSpec
-
-        if self.spec_text is None:
-            raise UsageError(
-                f"stack {self.stack_name!r} has no {OUTPUT_SPEC_PARAMETER} output; is it a training stack?"
-            )
-        return TrainingJobSpec.from_json(self.spec_text)
-
-
-def add_setup_options(parser: argparse.ArgumentParser) -> None:
-    """The options that find the training setup (shared by train, status, logs, stop)."""
-    where = parser.add_argument_group("which training setup")
-    where.add_argument(
-        "--env",
-        default=os.environ.get("GPUCTL_ENV", DEFAULT_ENV),
-        help="environment: reads resource_prefix and region from config/<env>.yaml (default: $GPUCTL_ENV or dev)",
-    )
-    where.add_argument(
-        "--stack", default=os.environ.get("GPUCTL_STACK"), help="training stack name (default: <prefix>-training)"
-    )
-    where.add_argument("--region", help="AWS region (default: $AWS_REGION, else the config's region)")
-
-
-def resolve_region_and_stack(args: argparse.Namespace) -> tuple[str | None, str]:
-    region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    stack = args.stack
-    if stack is None or region is None:
-        config = read_env_config(args.env)
-        stack = stack or f"{config['resource_prefix']}{STACK_SUFFIX}"
-        region = region or config["region"]
-    return region, stack
-
-
-def describe_setup(region: str | None, stack: str, *, with_spec: bool = True) -> Setup:
-    """The stack's outputs (CloudFormation DescribeStacks) and the job spec they point to (SSM GetParameter)."""
-    cfn = make_client("cloudformation", region)
-    try:
-        response = cfn.describe_stacks(StackName=stack)
-    except Exception as exc:
-        raise explain(exc, operation="DescribeStacks", region=region, stack_name=stack) from exc
-    stacks = response.get("Stacks", [])
-    if not stacks:
-        raise AwsProblem(f"The training stack {stack!r} is not deployed in {region}.", "deploy it or pass --stack")
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    spec_text = None
-    parameter = outputs.get(OUTPUT_SPEC_PARAMETER)
-    if parameter and with_spec:
-        ssm = make_client("ssm", region)
-        try:
-            spec_text = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
-        except Exception as exc:
-            raise explain(exc, operation="GetParameter", region=region) from exc
-    return Setup(region=region, stack_name=stack, outputs=outputs, spec_text=spec_text)
-
-
-def load_setup(args: argparse.Namespace, *, with_spec: bool = True) -> Setup:
-    """From ``--spec FILE`` (no AWS call) or from the deployed stack."""
-    spec_file = getattr(args, "spec", None)
-    if spec_file:
-        path = Path(spec_file)
-        if not path.is_file():
-            raise UsageError(f"--spec {spec_file}: no such file")
-        region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if region is None:
-            try:
-                region = read_env_config(args.env)["region"]
-            except UsageError:
-                region = None
-        text = path.read_text()
-        spec_prefix = json.loads(text).get("job_name_prefix") if text.strip().startswith("{") else None
-        outputs = {OUTPUT_PREFIX: spec_prefix} if spec_prefix else {}
-        return Setup(region=region, stack_name=None, outputs=outputs, spec_text=text)
-    region, stack = resolve_region_and_stack(args)
-    return describe_setup(region, stack, with_spec=with_spec)
-
-
-def console_url(region: str | None, job_name: str) -> str:
-    host = f"{region}.console.aws.amazon.com" if region else "console.aws.amazon.com"
-    return f"https://{host}/sagemaker/home?region={region or ''}#/jobs/{job_name}"
-
-
-# --------------------------------------------------------------------------------------------------
-# gpuctl train
-# --------------------------------------------------------------------------------------------------
+#: The command's line in ``gpuctl --help``.
+SUMMARY = "launch a SageMaker training job from the deployed training setup"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "train",
-        help="launch a SageMaker training job from the deployed training setup",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "train", SUMMARY, __doc__)
     add_setup_options(parser)
     parser.add_argument("--spec", help="local job spec JSON (as saved by --save-spec) instead of the deployed stack")
     parser.add_argument("--job-name", help="job name (default: <prefix>-<UTC timestamp>)")
@@ -275,48 +120,40 @@ def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str
     return spec, request, job_name
 
 
+@exit_codes("train")
 def run(args: argparse.Namespace) -> int:
-    try:
-        setup = load_setup(args)
-        if args.save_spec:
-            if setup.spec_text is None:
-                raise UsageError("there is no job spec to save")
-            Path(args.save_spec).write_text(json.dumps(json.loads(setup.spec_text), indent=2) + "\n")
-            print(f"job spec written to {args.save_spec}", file=sys.stderr)
-        _spec, request, job_name = build_request(setup, args)
-        if args.pipeline:
-            return _start_pipeline(setup, args, job_name)
-        if args.dry_run:
-            print(json.dumps(request, indent=2))
-            return 0
-        sagemaker = make_client("sagemaker", setup.region)
-        try:
-            response = sagemaker.create_training_job(**request)
-        except Exception as exc:
-            raise explain(
-                exc,
-                operation="CreateTrainingJob",
-                instance_type=request["ResourceConfig"]["InstanceType"],
-                region=setup.region,
-                spot=bool(request.get("EnableManagedSpotTraining")),
-                job_name=job_name,
-            ) from exc
-        print(f"started {job_name}")
-        print(f"  arn:     {response.get('TrainingJobArn', '')}")
-        print(f"  type:    {request['ResourceConfig']['InstanceCount']} x {request['ResourceConfig']['InstanceType']}")
-        print(f"  console: {console_url(setup.region, job_name)}")
-        print(f"  watch:   gpuctl status {job_name}    gpuctl logs {job_name} --follow")
-        if args.wait:
-            from gpuctl.commands.status import wait_for
-
-            return wait_for(sagemaker, job_name, setup.region)
+    setup = load_setup(args)
+    if args.save_spec:
+        if setup.spec_text is None:
+            raise UsageError("there is no job spec to save")
+        Path(args.save_spec).write_text(json.dumps(json.loads(setup.spec_text), indent=2) + "\n")
+        print(f"job spec written to {args.save_spec}", file=sys.stderr)
+    _spec, request, job_name = build_request(setup, args)
+    if args.pipeline:
+        return _start_pipeline(setup, args, job_name)
+    if args.dry_run:
+        print(json.dumps(request, indent=2))
         return 0
-    except UsageError as exc:
-        print(f"gpuctl train: {exc}", file=sys.stderr)
-        return 2
-    except AwsProblem as exc:
-        print(f"gpuctl train: {exc}", file=sys.stderr)
-        return 1
+    sagemaker = common.make_client("sagemaker", setup.region)
+    try:
+        response = sagemaker.create_training_job(**request)
+    except Exception as exc:
+        raise explain(
+            exc,
+            operation="CreateTrainingJob",
+            instance_type=request["ResourceConfig"]["InstanceType"],
+            region=setup.region,
+            spot=bool(request.get("EnableManagedSpotTraining")),
+            job_name=job_name,
+        ) from exc
+    print(f"started {job_name}")
+    print(f"  arn:     {response.get('TrainingJobArn', '')}")
+    print(f"  type:    {request['ResourceConfig']['InstanceCount']} x {request['ResourceConfig']['InstanceType']}")
+    print(f"  console: {console_url(setup.region, job_name)}")
+    print(f"  watch:   gpuctl status {job_name}    gpuctl logs {job_name} --follow")
+    if args.wait:
+        return wait_for(sagemaker, job_name, setup.region)
+    return 0
 
 
 def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str) -> int:
@@ -337,7 +174,7 @@ def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str) -> in
     if args.dry_run:
         print(json.dumps({"stateMachineArn": arn, "name": job_name, "input": execution_input}, indent=2))
         return 0
-    sfn = make_client("stepfunctions", setup.region)
+    sfn = common.make_client("stepfunctions", setup.region)
     try:
         response = sfn.start_execution(stateMachineArn=arn, name=job_name, input=json.dumps(execution_input))
     except Exception as exc:
@@ -351,11 +188,3 @@ def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str) -> in
     )
     print(f"  watch:     gpuctl status {job_name}    gpuctl logs {job_name} --follow")
     return 0
-
-
-def poll_interval() -> float:
-    return float(os.environ.get("GPUCTL_POLL_SECONDS", "30"))
-
-
-def sleep(seconds: float) -> None:
-    time.sleep(seconds)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import os
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,6 @@ from gpu_serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 export = pytest.importorskip("gpu_train.export", reason="the training runtime's exporter is not available")
 
 
@@ -44,6 +42,13 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
+def model_config(artifact: tuple[Path, Path]) -> dict[str, Any]:
+    """The archive's model_config.json."""
+    config: dict[str, Any] = json.loads((artifact[1] / "model_config.json").read_text())
+    return config
+
+
+@pytest.fixture(scope="module")
 def direct(artifact: tuple[Path, Path]) -> tuple[ModuleType, torch.nn.Module]:
     """The model as a user calls it without any server: the archive's handler module and model_fn."""
     handler = _import_handler(artifact[1])
@@ -54,7 +59,6 @@ def direct(artifact: tuple[Path, Path]) -> tuple[ModuleType, torch.nn.Module]:
 def served(artifact: tuple[Path, Path]) -> Iterator[ServerProcess]:
     command = [sys.executable, "-m", "gpuctl", "serve", str(artifact[0]), "--port", "0", "--max-batch-size", "16"]
     env = {
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "GPU_SERVE_MAX_BATCH_DELAY_MS": "20",
         "GPU_SERVE_NUM_THREADS": "1",
         "GPU_SERVE_METRICS_INTERVAL_S": "0",
@@ -88,18 +92,17 @@ def _inputs(config: dict[str, Any], n: int, seed: int) -> torch.Tensor:
 
 
 def test_served_predictions_equal_direct_calls(
-    served: ServerProcess, direct: tuple[ModuleType, torch.nn.Module], artifact: tuple[Path, Path]
+    served: ServerProcess, direct: tuple[ModuleType, torch.nn.Module], model_config: dict[str, Any]
 ) -> None:
     _, model = direct
-    config = json.loads((artifact[1] / "model_config.json").read_text())
-    x = _inputs(config, 3, seed=0)
+    x = _inputs(model_config, 3, seed=0)
     with torch.inference_mode():
         want = model(x)
 
     status, (body, headers) = _post(served, json.dumps({"instances": x.tolist()}).encode(), "application/json")
     assert status == 200 and headers["x-batch-size"] == "3"
     got = torch.tensor(body["predictions"], dtype=torch.float32)
-    assert got.shape == (3, config["num_classes"])
+    assert got.shape == (3, model_config["num_classes"])
     assert torch.equal(got, want)  # bit for bit: JSON round-trips float32 exactly
 
     status, (array, _) = _post(served, _npy(x.numpy()), "application/x-npy", "application/x-npy")
@@ -120,11 +123,10 @@ def test_served_image_prediction_equals_the_handlers_own_pipeline(
 
 
 def test_concurrent_requests_are_batched_and_still_correct(
-    served: ServerProcess, direct: tuple[ModuleType, torch.nn.Module], artifact: tuple[Path, Path]
+    served: ServerProcess, direct: tuple[ModuleType, torch.nn.Module], model_config: dict[str, Any]
 ) -> None:
     _, model = direct
-    config = json.loads((artifact[1] / "model_config.json").read_text())
-    samples = _inputs(config, 12, seed=1)
+    samples = _inputs(model_config, 12, seed=1)
     with torch.inference_mode():
         want = torch.cat([model(samples[i : i + 1]) for i in range(len(samples))])
     with ThreadPoolExecutor(max_workers=6) as pool:

@@ -15,7 +15,7 @@ import pytest
 from constructs import IConstruct
 
 from gpu_constructs.nag import REASON_MARKERS, REASON_MIN_LENGTH
-from stacks.summary import validation_violations
+from platform_tools.summary import validation_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = ("dev", "prod")

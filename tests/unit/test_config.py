@@ -163,12 +163,13 @@ def test_invalid_yaml(tmp_path: Path) -> None:
 def test_bad_config_fails_before_any_construct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """build_app must validate config before creating stacks: no Stack constructor runs."""
     import stacks.app_builder as builder
+    import stacks.platform_stacks as platform
 
     bad = yaml.safe_load(yaml.safe_dump(DEV))
     bad["region"] = "mars-north-1"
     write(tmp_path, bad)
     built: list[str] = []
-    monkeypatch.setattr(builder, "NetworkStack", lambda *a, **k: built.append("network"))
+    monkeypatch.setattr(platform, "NetworkStack", lambda *a, **k: built.append("network"))
     monkeypatch.setattr(builder, "load_config", lambda name: load_config(name, config_dir=tmp_path))
     with pytest.raises(ConfigError, match="mars-north-1"):
         builder.build_app("dev", nag=False)

@@ -96,15 +96,15 @@ def test_commands_that_need_aws_are_marked() -> None:
 
 
 def test_config_reference_is_up_to_date() -> None:
-    from stacks.config_reference import DEFAULT_OUTPUT, render
+    from platform_tools.config_reference import DEFAULT_OUTPUT, render
 
     committed = DEFAULT_OUTPUT.read_text(encoding="utf-8")
     assert committed == render(), "docs/config-reference.md is stale: run `make config-reference` and commit it"
 
 
 def test_config_reference_lists_every_field_of_every_section() -> None:
+    from platform_tools.config_reference import collect_sections, render
     from stacks.config import EnvConfig, FleetGroupConfig
-    from stacks.config_reference import collect_sections, render
 
     text = render()
     sections = collect_sections(EnvConfig)
@@ -122,7 +122,7 @@ def test_config_reference_lists_every_field_of_every_section() -> None:
 
 
 def test_config_reference_check_mode_detects_drift(tmp_path: Path) -> None:
-    from stacks.config_reference import main
+    from platform_tools.config_reference import main
 
     stale = tmp_path / "config-reference.md"
     stale.write_text("# Configuration reference\n", encoding="utf-8")
@@ -137,7 +137,7 @@ def dev_assembly(synth):  # type: ignore[no-untyped-def]
 
 
 def test_diagram_renders_the_synthesized_app(dev_assembly, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from stacks.diagram import load, render
+    from platform_tools.diagram import load, render
 
     started = time.perf_counter()
     arch = load(dev_assembly.outdir)
@@ -169,7 +169,7 @@ def test_diagram_renders_the_synthesized_app(dev_assembly, tmp_path: Path) -> No
 
 
 def test_diagram_is_deterministic(dev_assembly, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from stacks.diagram import layout, load, render
+    from platform_tools.diagram import layout, load, render
 
     first, second = load(dev_assembly.outdir), load(dev_assembly.outdir)
     assert first == second
@@ -179,7 +179,7 @@ def test_diagram_is_deterministic(dev_assembly, tmp_path: Path) -> None:  # type
 
 
 def test_diagram_cli_names_a_missing_assembly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from stacks.diagram import main
+    from platform_tools.diagram import main
 
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err

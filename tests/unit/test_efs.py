@@ -9,29 +9,16 @@ import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from unit_helpers import isolated_vpc_stack
 
 from gpu_constructs import ValidationError
 from gpu_constructs.efs import GpuEfsFileSystem
 from stacks.config import ConfigError, parse_config
 
 
-def _stack() -> tuple[cdk.Stack, ec2.Vpc]:
-    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="111122223333", region="us-east-1"))
-    vpc = ec2.Vpc(
-        stack,
-        "Vpc",
-        availability_zones=["us-east-1a", "us-east-1b"],
-        nat_gateways=0,
-        subnet_configuration=[
-            ec2.SubnetConfiguration(name="Training", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=24)
-        ],
-    )
-    return stack, vpc
-
-
 @pytest.fixture(scope="module")
 def efs_fs() -> tuple[GpuEfsFileSystem, assertions.Template]:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     fs = GpuEfsFileSystem(stack, "Efs", vpc=vpc)
     client = ec2.SecurityGroup(stack, "Clients", vpc=vpc, allow_all_outbound=False)
     fs.allow_clients(client)
@@ -99,7 +86,7 @@ def test_channel(efs_fs) -> None:
     ],
 )
 def test_bad_input_fails(kwargs, message) -> None:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     kwargs.setdefault("vpc", vpc)
     with pytest.raises(ValidationError, match=message):
         GpuEfsFileSystem(stack, "Efs", **kwargs)

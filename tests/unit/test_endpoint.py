@@ -1081,6 +1081,15 @@ def test_config_defaults() -> None:
     assert InferenceConfig().enabled is False  # existing config files without the section keep working
 
 
+def test_config_data_capture_json_content_types_reach_the_capture() -> None:
+    """The config builds the library's DataCapture: its json_content_types become CaptureContentTypeHeader."""
+    default = _parse("model_data: m/model.tar.gz\ndata_capture: {}").inference.endpoints["classifier"]
+    assert default.data_capture.capture().json_content_types == ("application/json",)
+    body = "model_data: m/model.tar.gz\ndata_capture: {json_content_types: [application/jsonlines, application/json]}"
+    capture = _parse(body).inference.endpoints["classifier"].data_capture.capture()
+    assert capture.json_content_types == ("application/jsonlines", "application/json")
+
+
 M = "model_data: m/model.tar.gz\n"
 
 
@@ -1098,8 +1107,12 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
     ("volume range", M + "instance_type: ml.p3.2xlarge\nvolume_size_gb: 600", r"1..512"),
     ("count", M + "instance_count: 0", r"instance_count: 0: allowed: 1 or more"),
     ("timeout", M + "model_download_timeout_seconds: 10", r"60..3600"),
-    ("env key", M + "environment: {1X: a}", r"\['1X'\]"),
-    ("batch size", M + "batching: {max_batch_size: 0}", r"1..4096"),
+    ("env key", M + "environment: {1X: a}", r"environment keys=\['1X'\] is not allowed; allowed: names"),
+    (
+        "batch size",
+        M + "batching: {max_batch_size: 0}",
+        r"batching: max_batch_size=0 is not allowed; allowed: .*\[1, 4096\]",
+    ),
     (
         "batching on the dlc",  # images.inference defaults to the stock PyTorch DLC
         M + "batching: {max_batch_size: 16}",
@@ -1124,32 +1137,60 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
     ("5xx", M + "alarms: {max_5xx_percent: 0}", r"\(0, 100\]"),
     ("latency", M + "alarms: {max_model_latency_p99_ms: -1}", r"positive"),
     ("datapoints", M + "alarms: {evaluation_periods: 1, datapoints_to_alarm: 2}", r"datapoints_to_alarm: 2"),
-    ("min > max", M + _scale("invocations_per_instance", 5, 3, 2), r"min_capacity <= max_capacity"),
+    (
+        "min > max",
+        M + _scale("invocations_per_instance", 5, 3, 2),
+        r"autoscaling.min_capacity=3 is not allowed; allowed: at most max_capacity \(2\)",
+    ),
     ("zero real-time", M + _scale("invocations_per_instance", 5, 0, 2), r"only for async"),
     (
         "zero without backlog",
         M + "async_inference: {}\n" + _scale("gpu_utilization", 50, 0, 2),
-        r"cannot wake an endpoint scaled to zero",
+        r"autoscaling.metric='gpu_utilization' is not allowed; allowed: .*only a backlog can wake",
     ),
-    ("backlog real-time", M + _scale("backlog_per_instance", 5, 1, 2), r"not allowed for a real-time endpoint"),
+    (
+        "backlog real-time",
+        M + _scale("backlog_per_instance", 5, 1, 2),
+        r"metric='backlog_per_instance' is not allowed; allowed: .* for a real-time endpoint",
+    ),
     (
         "invocations async",
         M + "async_inference: {}\n" + _scale("invocations_per_instance", 5, 1, 2),
-        r"not allowed for an async endpoint",
+        r"metric='invocations_per_instance' is not allowed; allowed: .* for an asynchronous endpoint",
     ),
     (
         "gpu cpu variant",
         M + "instance_type: ml.m5.xlarge\ncpu_variant: true\n" + _scale("gpu_utilization", 50, 1, 2),
         r"CPU variant",
     ),
-    ("gpu target", M + _scale("gpu_utilization", 150, 1, 2), r"<= 100"),
-    ("count outside", M + _scale("gpu_utilization", 50, 2, 3), r"instance_count: 1 is outside"),
+    (
+        "gpu target",
+        M + _scale("gpu_utilization", 150, 1, 2),
+        r"autoscaling.target \(percent per GPU\)=150.0 is not allowed; allowed: a percentage in \(0, 100\]",
+    ),
+    (
+        "count outside",
+        M + _scale("gpu_utilization", 50, 2, 3),
+        r"instance_count=1 is not allowed; allowed: within the autoscaling range \[2, 3\]",
+    ),
     ("cooldown", M + _scale("gpu_utilization", 50, 1, 3, ", scale_in_cooldown_seconds: -1"), r"0..3600"),
     ("zone", M + "off_hours: {time_zone: Mars/Base}", r"IANA time zone"),
-    ("hour", M + "off_hours: {start_hour: 25}", r"0..23"),
-    ("same hours", M + "off_hours: {start_hour: 8, end_hour: 8}", r"equals start_hour"),
+    (
+        "hour",
+        M + "off_hours: {start_hour: 25}",
+        r"off_hours.start_hour=25 is not allowed; allowed: an hour in \[0, 23\]",
+    ),
+    (
+        "same hours",
+        M + "off_hours: {start_hour: 8, end_hour: 8}",
+        r"end_hour=8 .*allowed: an hour other than start_hour",
+    ),
     ("days", M + "off_hours: {week_days: weekdays}", r"day-of-week"),
-    ("off capacity", M + "off_hours: {capacity: 0}", r"off_hours.capacity: 0 is not allowed; allowed: 1..1"),
+    (
+        "off capacity",
+        M + "off_hours: {capacity: 0}",
+        r"off_hours.capacity=0 is not allowed; allowed: an integer in \[1, 1\]",
+    ),
     ("typo key", M + "instance_typ: ml.g5.xlarge", r"unknown key"),
 ]
 

@@ -19,6 +19,7 @@ from gpu_constructs.constants import DEFAULT_INTERFACE_ENDPOINTS, fleet_endpoint
 from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike, allow_lustre_clients
+from gpu_constructs.fleet import construct as fleet_construct_module
 from gpu_constructs.network import NetworkReachability
 
 DNS = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"
@@ -589,7 +590,7 @@ def test_validation_rules(overrides: dict[str, Any], message: str) -> None:
 
 
 def test_user_data_limit_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fleet_module, "USER_DATA_LIMIT_BYTES", 4096)
+    monkeypatch.setattr(fleet_construct_module, "USER_DATA_LIMIT_BYTES", 4096)
     with pytest.raises(ValidationError, match=r"the rendered boot script needs about \d+ bytes; allowed: at most 4096"):
         _cheap()
 
@@ -675,25 +676,40 @@ G5 = {"name": "w", "instance_type": "g5.xlarge"}
         ({**G5, "name": "W!"}, r"fleets.groups.0.name: 'W!': must match \[a-z\]"),
         ({**G5, "instance_type": "m5.xlarge"}, r"instance_type='m5.xlarge' has no NVIDIA GPU"),
         ({**G5, "instance_type": "ml.g5.xlarge"}, r"did you mean 'g5.xlarge'"),
-        ({**G5, "min_capacity": 2}, r"min_capacity: 2, max_capacity: 1; allowed: 0 <= min_capacity <= max_capacity"),
-        ({**G5, "max_capacity": 0}, r"max_capacity: 0; allowed: 0 <= min_capacity"),
-        ({**G5, "desired_capacity": 4}, r"desired_capacity: 4; allowed: null or 0..1"),
+        (
+            {**G5, "min_capacity": 2},
+            r"fleets.groups\[w\]: min_capacity=2 is not allowed; allowed: 0..max_capacity \(1\)",
+        ),
+        ({**G5, "max_capacity": 0}, r"max_capacity=0 is not allowed; allowed: 1 or more"),
+        ({**G5, "desired_capacity": 4}, r"desired_capacity=4 is not allowed; allowed: None or 0..1"),
         ({**G5, "image": {"framework": "pytorch"}}, r"pytorch_version=None is not allowed"),
         ({**G5, "image": {"framework": "jax"}}, r"fleets.groups.0.image.framework: 'jax'"),
         ({**G5, "instance_type": "p3.2xlarge"}, r"'p3.2xlarge' cannot run base DLAMI .* support Turing"),
-        ({**G5, "spot": {"instance_types": ["g5.12xlarge"]}}, r"'g5.12xlarge' has 4 GPU\(s\); allowed: types with 1"),
-        ({**G5, "spot": {"on_demand_percentage_above_base": 101}}, r"on_demand_percentage_above_base: 101: allowed: 0"),
-        ({**G5, "spot": {"on_demand_base_capacity": -1}}, r"on_demand_base_capacity: -1: must be 0 or more"),
+        (
+            {**G5, "spot": {"instance_types": ["g5.12xlarge"]}},
+            r"spot.instance_types\[\]='g5.12xlarge' is not allowed; allowed: types with 1 GPU",
+        ),
+        (
+            {**G5, "spot": {"on_demand_percentage_above_base": 101}},
+            r"spot.on_demand_percentage_above_base=101 is not allowed; allowed: a number in \[0, 100\]",
+        ),
+        (
+            {**G5, "spot": {"on_demand_base_capacity": -1}},
+            r"spot.on_demand_base_capacity=-1 is not allowed; allowed: a number in \[0, inf\]",
+        ),
         ({**G5, "efa": True}, r"instance_type='g5.xlarge' does not support EFA"),
         (
             {"name": "p", "instance_type": "p4d.24xlarge", "efa": True, "spot": {"instance_types": ["p5.48xlarge"]}},
-            r"'p5.48xlarge' has another number of EFA interfaces than 'p4d.24xlarge' \(4\)",
+            r"'p5.48xlarge' is not allowed; allowed: types with 4 EFA interface\(s\) like 'p4d.24xlarge'",
         ),
-        ({**G5, "root_volume_gib": 50}, r"root_volume_gib: 50; allowed: 100..16384"),
-        ({**G5, "data_volume_gib": 20000}, r"data_volume_gib: 20000; allowed: null or 1..16384"),
-        ({**G5, "idle_gpu_pct": 150}, r"idle_gpu_pct: 150.0; allowed: 0..100"),
-        ({**G5, "idle_minutes": 7}, r"idle_minutes: 7; allowed: a multiple of 5"),
-        ({**G5, "max_gpu_temperature_c": 200}, r"max_gpu_temperature_c: 200.0; allowed: 30..120"),
+        ({**G5, "root_volume_gib": 50}, r"root_volume_gib=50 is not allowed; allowed: a number in \[100, 16384\]"),
+        ({**G5, "data_volume_gib": 20000}, r"data_volume_gib=20000 is not allowed; allowed: a number in \[1, 16384\]"),
+        ({**G5, "idle_gpu_pct": 150}, r"idle_gpu_pct=150.0 is not allowed; allowed: a number in \[0, 100\]"),
+        ({**G5, "idle_minutes": 7}, r"idle_minutes=7 is not allowed; allowed: a multiple of 5"),
+        (
+            {**G5, "max_gpu_temperature_c": 200},
+            r"max_gpu_temperature_c=200.0 is not allowed; allowed: a number in \[30, 120\]",
+        ),
         ({**G5, "availability_zone": "us-east-1a"}, r"availability_zone is set but placement_group is false"),
         ({**G5, "datasets_prefix": "/abs"}, r"datasets_prefix: '/abs': must be a relative S3 key prefix"),
         ({**G5, "sizes": 1}, r"fleets.groups.0.sizes: 1: unknown key"),

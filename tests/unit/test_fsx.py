@@ -11,6 +11,7 @@ from aws_cdk import assertions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
+from unit_helpers import env_template_fixtures, isolated_vpc_stack
 
 from gpu_constructs import ValidationError
 from gpu_constructs.fsx import GpuLustreFileSystem, LustreDataRepository
@@ -25,23 +26,9 @@ from stacks.config import ConfigError, parse_config
 # -- a small stack per module, nag off ----------------------------------------------------------------
 
 
-def _stack() -> tuple[cdk.Stack, ec2.Vpc]:
-    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="111122223333", region="us-east-1"))
-    vpc = ec2.Vpc(
-        stack,
-        "Vpc",
-        availability_zones=["us-east-1a", "us-east-1b"],
-        nat_gateways=0,
-        subnet_configuration=[
-            ec2.SubnetConfiguration(name="Training", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=24)
-        ],
-    )
-    return stack, vpc
-
-
 @pytest.fixture(scope="module")
 def persistent() -> tuple[GpuLustreFileSystem, assertions.Template, ec2.SecurityGroup]:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     key = kms.Key(stack, "DataKey", enable_key_rotation=True)
     bucket = s3.Bucket(stack, "Datasets", encryption_key=key, encryption=s3.BucketEncryption.KMS)
     client = ec2.SecurityGroup(stack, "Clients", vpc=vpc, allow_all_outbound=False)
@@ -62,7 +49,7 @@ def persistent() -> tuple[GpuLustreFileSystem, assertions.Template, ec2.Security
 
 @pytest.fixture(scope="module")
 def scratch() -> tuple[GpuLustreFileSystem, assertions.Template]:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     fs = GpuLustreFileSystem(stack, "Lustre", vpc=vpc)
     return fs, assertions.Template.from_stack(stack)
 
@@ -186,7 +173,7 @@ def test_scratch_defaults(scratch) -> None:
 
 
 def test_persistent_without_key_gets_its_own_rotated_key() -> None:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     fs = GpuLustreFileSystem(stack, "Lustre", vpc=vpc, deployment_type="PERSISTENT_2")
     template = assertions.Template.from_stack(stack)
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
@@ -198,7 +185,7 @@ def test_persistent_without_key_gets_its_own_rotated_key() -> None:
 
 
 def _new(**kwargs) -> GpuLustreFileSystem:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     kwargs.setdefault("vpc", vpc)
     return GpuLustreFileSystem(stack, "Lustre", **kwargs)
 
@@ -244,7 +231,7 @@ def test_bad_input_fails_at_construction(kwargs, message) -> None:
 
 
 def test_scratch_rejects_a_customer_key() -> None:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     key = kms.Key(stack, "K")
     with pytest.raises(ValidationError, match=r"kms_key is not allowed for SCRATCH_2: scratch file systems .* FSx"):
         GpuLustreFileSystem(stack, "Lustre", vpc=vpc, kms_key=key)
@@ -269,7 +256,7 @@ def test_scratch_rejects_a_customer_key() -> None:
     ],
 )
 def test_bad_data_repository_fails(repo_kwargs, message) -> None:
-    stack, vpc = _stack()
+    stack, vpc = isolated_vpc_stack()
     bucket = s3.Bucket(stack, "B")
     with pytest.raises(ValidationError, match=message):
         GpuLustreFileSystem(
@@ -432,14 +419,7 @@ def test_config_defaults_keep_existing_files_working() -> None:
 # -- the app: dev (scratch) and prod (persistent + DRA) --------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dev_storage(synth):
-    return assertions.Template.from_json(synth("dev").template("storage"))
-
-
-@pytest.fixture(scope="module")
-def prod_storage(synth):
-    return assertions.Template.from_json(synth("prod").template("storage"))
+dev_storage, prod_storage = env_template_fixtures("storage", "dev_storage", "prod_storage")
 
 
 def test_dev_is_scratch_linked_to_the_datasets_bucket(dev_storage) -> None:

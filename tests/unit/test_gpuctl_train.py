@@ -14,6 +14,7 @@ from botocore.stub import ANY, Stubber
 
 from gpu_constructs.training_spec import S3Channel, TrainingJobSpec, service_model_problems
 from gpu_train.metrics import METRIC_DEFINITIONS
+from gpuctl import training_setup
 from gpuctl.aws_errors import explain, explain_failure_reason, quota_name, service_quotas_url
 from gpuctl.cli import main
 from gpuctl.commands import train as train_command
@@ -74,15 +75,16 @@ class Recorder:
 @pytest.fixture()
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
     recorder = Recorder()
-    monkeypatch.setattr(train_command, "make_client", recorder.client)
-    monkeypatch.setattr(train_command, "sleep", lambda seconds: None)
+    monkeypatch.setattr(training_setup, "make_client", recorder.client)
+    monkeypatch.setattr(training_setup, "sleep", lambda seconds: None)
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "GPUCTL_STACK", "GPUCTL_ENV"):
         monkeypatch.delenv(name, raising=False)
     yield recorder
     recorder.verify()
 
 
-def _stack(recorder: Recorder) -> None:
+def _describe_stack(recorder: Recorder) -> None:
+    """The setup's stack, as describe_stacks answers it."""
     recorder.stub("cloudformation").add_response(
         "describe_stacks",
         {
@@ -97,6 +99,10 @@ def _stack(recorder: Recorder) -> None:
         },
         {"StackName": STACK},
     )
+
+
+def _stack(recorder: Recorder) -> None:
+    _describe_stack(recorder)
     recorder.stub("ssm").add_response(
         "get_parameter",
         {"Parameter": {"Name": PARAMETER, "Type": "String", "Value": json.dumps(SPEC.to_dict())}},
@@ -326,20 +332,7 @@ def test_status_shows_progress_and_metrics(aws: Recorder, capsys: pytest.Capture
 
 
 def test_status_without_a_job_lists_the_setups_jobs(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
-    aws.stub("cloudformation").add_response(
-        "describe_stacks",
-        {
-            "Stacks": [
-                {
-                    "StackName": STACK,
-                    "CreationTime": dt.datetime(2025, 1, 1),
-                    "StackStatus": "CREATE_COMPLETE",
-                    "Outputs": OUTPUTS,
-                }
-            ]
-        },
-        {"StackName": STACK},
-    )
+    _describe_stack(aws)
     aws.stub("sagemaker").add_response(
         "list_training_jobs",
         {

@@ -8,18 +8,11 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_ec2 as ec2
+from unit_helpers import env_template_fixtures
 
 from gpu_constructs import GpuNetwork, ValidationError
 
-
-@pytest.fixture(scope="module")
-def dev(synth):
-    return assertions.Template.from_json(synth("dev").template("network"))
-
-
-@pytest.fixture(scope="module")
-def prod(synth):
-    return assertions.Template.from_json(synth("prod").template("network"))
+dev, prod = env_template_fixtures("network")
 
 
 def test_vpc_uses_configured_azs_and_cidr(dev: assertions.Template) -> None:

@@ -6,18 +6,12 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_iam as iam
+from unit_helpers import env_template_fixtures
 
 from gpu_constructs import PlatformStorage, ValidationError
+from gpu_constructs.storage import grant_objects
 
-
-@pytest.fixture(scope="module")
-def dev(synth):
-    return assertions.Template.from_json(synth("dev").template("data"))
-
-
-@pytest.fixture(scope="module")
-def prod(synth):
-    return assertions.Template.from_json(synth("prod").template("data"))
+dev, prod = env_template_fixtures("data")
 
 
 def test_three_buckets_all_kms_encrypted_private_versioned(dev: assertions.Template) -> None:
@@ -122,12 +116,47 @@ def test_grant_read_datasets_is_prefix_scoped(granted) -> None:
     stack, storage, role = granted
     storage.grant_read_datasets(role, prefix="imagenet/v1")
     statements = _statements(stack)
-    s3_stmt = next(s for s in statements if "s3:GetObject*" in s["Action"])
-    assert "s3:PutObject" not in s3_stmt["Action"]
+    s3_stmt = next(s for s in statements if s["Action"] == "s3:GetObject")
     joined = str(_resources(s3_stmt))
     assert "/imagenet/v1/*" in joined
+    listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["imagenet/v1/*", "imagenet/v1"]}}
+    assert "/" not in str(_resources(listing))  # the bucket itself, not its objects
     kms_stmt = next(s for s in statements if "kms:Decrypt" in s["Action"])
-    assert "kms:Encrypt" not in kms_stmt["Action"]
+    assert kms_stmt["Action"] == "kms:Decrypt"
+
+
+def test_grants_name_exact_actions(granted) -> None:
+    """No CDK action group (s3:GetObject*, s3:List*, kms:GenerateDataKey*): cdk-nag's IAM5 only sees the
+    object-key wildcard of each prefix, which the grantee acknowledges (acknowledge_data_grants)."""
+    stack, storage, role = granted
+    storage.grant_read_datasets(role)
+    storage.grant_write_artifacts(role)
+    storage.grant_read_artifacts(role)
+    storage.grant_read_write_checkpoints(role)
+    actions = {a for s in _statements(stack) for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+    assert actions == {
+        "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
+        "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey",
+    }  # fmt: skip
+    whole_bucket = [s for s in _statements(stack) if s["Action"] == "s3:ListBucket" and "Condition" not in s]
+    assert len(whole_bucket) == 1  # grant_read_datasets() with the default prefix "" lists the whole bucket
+
+
+def test_checkpoint_grant_reads_writes_and_deletes(granted) -> None:
+    stack, storage, role = granted
+    grant = storage.grant_read_write_checkpoints(role)
+    statements = _statements(stack)
+    objects = next(s for s in statements if "s3:DeleteObject" in s["Action"])
+    assert sorted(objects["Action"]) == ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+    assert "/checkpoints/*" in str(_resources(objects))
+    assert len(grant.principal_statements) == 3  # objects, listing, key
+
+
+def test_grant_objects_needs_an_action(granted) -> None:
+    _, storage, role = granted
+    with pytest.raises(ValidationError, match="read, write and/or delete"):
+        grant_objects(role, storage.datasets_bucket, "x/*")
 
 
 def test_grant_write_artifacts_is_prefix_scoped(granted) -> None:

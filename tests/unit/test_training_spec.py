@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -73,8 +74,8 @@ def prod() -> TrainingJobSpec:
         hyperparameters={"epochs": "90"},
         metric_definitions=tuple(METRIC_DEFINITIONS),
         spot=True,
-        max_runtime_s=48 * 3600,
-        max_wait_s=96 * 3600,
+        max_runtime=timedelta(hours=48),
+        max_wait=timedelta(hours=96),
         checkpoint_s3_uri="s3://gpu-prod-artifacts/checkpoints/gpu-prod-train/",
         subnets=("subnet-0123456789abcdef0",),
         security_group_ids=("sg-0123456789abcdef0",),
@@ -138,8 +139,8 @@ def test_prod_request_has_spot_checkpoints_fsx_and_eight_processes_per_host(prod
 
 
 def test_spot_without_max_wait_defaults_to_twice_the_runtime(prod: TrainingJobSpec) -> None:
-    request = replace(prod, max_wait_s=None).to_request("gpu-prod-train-002")
-    assert request["StoppingCondition"]["MaxWaitTimeInSeconds"] == 2 * prod.max_runtime_s
+    request = replace(prod, max_wait=None).to_request("gpu-prod-train-002")
+    assert request["StoppingCondition"]["MaxWaitTimeInSeconds"] == 2 * prod.max_runtime.total_seconds()
 
 
 def test_the_runtime_reads_the_derived_hyperparameters() -> None:
@@ -230,7 +231,7 @@ def _problems(spec: TrainingJobSpec, **kwargs: object) -> str:
 
 
 def test_max_wait_must_cover_max_runtime(prod: TrainingJobSpec) -> None:
-    assert "max_wait_s=3600 is less than max_runtime_s=172800" in _problems(replace(prod, max_wait_s=3600))
+    assert "max_wait=3600 s is less than max_runtime=172800 s" in _problems(replace(prod, max_wait=timedelta(hours=1)))
 
 
 def test_spot_requires_checkpoints(prod: TrainingJobSpec) -> None:
@@ -238,7 +239,7 @@ def test_spot_requires_checkpoints(prod: TrainingJobSpec) -> None:
 
 
 def test_max_wait_without_spot_is_an_error(dev: TrainingJobSpec) -> None:
-    assert "max_wait_s=7200 is not allowed without spot" in _problems(replace(dev, max_wait_s=7200))
+    assert "max_wait=7200 s is not allowed without spot" in _problems(replace(dev, max_wait=timedelta(hours=2)))
 
 
 @pytest.mark.parametrize("uri", ["https://example.com/data/", "/local/path", "s3:/missing-slash/x", "s3://"])
@@ -326,7 +327,7 @@ def test_data_version_becomes_part_of_a_prefix(dev: TrainingJobSpec) -> None:
 
 
 def test_all_problems_are_reported_at_once(prod: TrainingJobSpec) -> None:
-    broken = replace(prod, checkpoint_s3_uri=None, max_wait_s=60, inter_container_encryption=False)
+    broken = replace(prod, checkpoint_s3_uri=None, max_wait=timedelta(minutes=1), inter_container_encryption=False)
     with pytest.raises(ValidationError, match=r"3 problems:") as info:
         broken.validate("Training/Pipeline")
     assert str(info.value).startswith("Training/Pipeline: 3 problems:")
@@ -468,8 +469,8 @@ def test_oversized_overrides_name_the_botocore_limit(dev: TrainingJobSpec) -> No
 
 
 def test_default_max_wait_never_exceeds_the_sagemaker_limit(prod: TrainingJobSpec) -> None:
-    spec = replace(prod, max_runtime_s=MAX_RUNTIME_LIMIT_S, max_wait_s=None)
-    assert spec.effective_max_wait_s == MAX_WAIT_LIMIT_S == 2419200
+    spec = replace(prod, max_runtime=timedelta(seconds=MAX_RUNTIME_LIMIT_S), max_wait=None)
+    assert spec.effective_max_wait == timedelta(seconds=MAX_WAIT_LIMIT_S) == timedelta(days=28)
     assert spec.problems() == []
-    with pytest.raises(ValidationError, match=r"max_wait_s=2419201 is not allowed; allowed: up to 2419200 \(SageMaker"):
-        replace(prod, max_wait_s=MAX_WAIT_LIMIT_S + 1).validate()
+    with pytest.raises(ValidationError, match=r"max_wait=2419201 s is not allowed; allowed: 1..2419200 s \(SageMaker"):
+        replace(prod, max_wait=timedelta(seconds=MAX_WAIT_LIMIT_S + 1)).validate()

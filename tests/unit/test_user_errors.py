@@ -77,15 +77,15 @@ def test_a_failed_validation_at_synth_is_reported_without_traceback() -> None:
 
 def test_gpuctl_reads_the_config_with_the_apps_typed_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file the app refuses is refused by gpuctl too, with the same message (not read as plain YAML)."""
-    from gpuctl.commands import train
+    from gpuctl import training_setup
 
     config = tmp_path / "config"
     config.mkdir()
     text = (CONFIG_DIR / "dev.yaml").read_text()
     (config / "dev.yaml").write_text(text.replace("region: us-east-1", "region: us-east-9"))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(train.UsageError, match=r"(?s)configuration error: .*dev\.yaml.*region.*us-east-9"):
-        train.read_env_config("dev")
+    with pytest.raises(training_setup.UsageError, match=r"(?s)configuration error: .*dev\.yaml.*region.*us-east-9"):
+        training_setup.read_env_config("dev")
     (config / "dev.yaml").write_text(text)
-    found = train.read_env_config("dev")
+    found = training_setup.read_env_config("dev")
     assert (found["resource_prefix"], found["region"]) == ("gpu-dev", "us-east-1")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_constructs.rules._rule import COMPLIANT, NON_COMPLIANT, NOT_APPLICABLE, Resource, Result, flatten
+from gpu_constructs.rules._rule import COMPLIANT, NON_COMPLIANT, NOT_APPLICABLE, Resource, Result, Rule, flatten, rule
 
 STATE_MACHINE = "AWS::StepFunctions::StateMachine"
 TRAINING_JOB = "AWS::SageMaker::TrainingJob"
@@ -142,6 +142,22 @@ def verdict(resource: Resource, requests: Sequence[TrainingRequest], findings: S
     return list(findings)
 
 
+def training_rule(
+    *, id: str, info: str, doc: str | None
+) -> Callable[[Callable[[TrainingRequest], Iterable[str]]], Rule]:
+    """Decorator: a :func:`~gpu_constructs.rules._rule.rule` over :data:`RESOURCE_TYPES` from a function that
+    returns the findings of one CreateTrainingJob request; the rule's :func:`verdict` covers every request."""
+
+    def wrap(findings_of: Callable[[TrainingRequest], Iterable[str]]) -> Rule:
+        def check(resource: Resource) -> Result:
+            requests = training_requests(resource)
+            return verdict(resource, requests, [finding for request in requests for finding in findings_of(request)])
+
+        return rule(id=id, resource_types=RESOURCE_TYPES, info=info, doc=doc)(check)
+
+    return wrap
+
+
 _ECR_IMAGE = re.compile(r"^[^/]+\.dkr\.ecr\.[^/]+/(?P<repository>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9._-]+)$")
 _CUDA_TAG = re.compile(r"(?:^|-)(cu\d{3})(?:-|$)")
 
@@ -172,6 +188,13 @@ def gpu_image(uri: Any) -> GpuImage | None:
     if "-gpu-" not in f"-{tag}-" and cuda is None:
         return None
     return GpuImage(uri, cuda.group(1) if cuda else None)
+
+
+def image_and_instance(request: TrainingRequest) -> tuple[GpuImage | None, Any]:
+    """The request's GPU training image (:func:`gpu_image`) and its instance type's catalog entry
+    (:func:`catalog_entry`); either is ``None`` when unknown."""
+    image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
+    return image, catalog_entry(request.text("ResourceConfig", "InstanceType"))
 
 
 def catalog_entry(instance_type: str | None) -> Any:

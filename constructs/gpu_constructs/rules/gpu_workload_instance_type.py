@@ -32,7 +32,7 @@ parameters, and launch templates with a pinned AMI id are not applicable.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from gpu_constructs import catalog
@@ -81,6 +81,17 @@ def _problems(where: str, instance_type: Any, cuda: str | None) -> list[str] | N
     return []
 
 
+def _verdict(found: Iterable[list[str] | None]) -> Result:
+    """The findings of every instance type that could be read (:func:`_problems`); NOT_APPLICABLE when none."""
+    readable = [problems for problems in found if problems is not None]
+    return [finding for problems in readable for finding in problems] if readable else NOT_APPLICABLE
+
+
+def _with_instance_type(items: list[Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """``(index, item)`` of the items (variants, overrides) that name an ``InstanceType``."""
+    return ((i, item) for i, item in enumerate(items) if isinstance(item, Mapping) and "InstanceType" in item)
+
+
 def _model_images(resource: Resource, model_name: Any) -> list[str]:
     model = resource.other(ref_id(model_name))
     if model is None or model.get("Type") != "AWS::SageMaker::Model":
@@ -94,23 +105,22 @@ def _endpoint_config(resource: Resource) -> Result:
     variants = resource.properties.get("ProductionVariants")
     if not isinstance(variants, list):
         return NOT_APPLICABLE
-    findings: list[str] = []
-    applicable = False
-    for i, variant in enumerate(variants):
-        if not isinstance(variant, Mapping) or "InstanceType" not in variant:
-            continue
-        gpu_images = [gpu_image_cuda(image) for image in _model_images(resource, variant.get("ModelName"))]
-        gpu_images = [g for g in gpu_images if g[0]]
-        if not gpu_images:
-            continue
-        name = variant.get("VariantName")
-        where = name if isinstance(name, str) else f"variant{i}"
-        for _, cuda in gpu_images:
-            found = _problems(where, variant["InstanceType"], cuda)
-            if found is not None:
-                applicable = True
-                findings += found
-    return findings if applicable else NOT_APPLICABLE
+    return _verdict(
+        _problems(_variant_name(i, variant), variant["InstanceType"], cuda)
+        for i, variant in _with_instance_type(variants)
+        for cuda in _gpu_cuda_versions(resource, variant)
+    )
+
+
+def _variant_name(index: int, variant: Mapping[str, Any]) -> str:
+    name = variant.get("VariantName")
+    return name if isinstance(name, str) else f"variant{index}"
+
+
+def _gpu_cuda_versions(resource: Resource, variant: Mapping[str, Any]) -> list[str | None]:
+    """The CUDA version (None when the tag does not say) of each GPU image of the variant's model."""
+    images = [gpu_image_cuda(image) for image in _model_images(resource, variant.get("ModelName"))]
+    return [cuda for is_gpu, cuda in images if is_gpu]
 
 
 def _ssm_path(resource: Resource, image_id: Any) -> str | None:
@@ -140,8 +150,7 @@ def _launch_template(resource: Resource) -> Result:
     data = _gpu_launch_template(resource, resource.definition)
     if data is None or "InstanceType" not in data:
         return NOT_APPLICABLE
-    found = _problems("LaunchTemplate", data["InstanceType"], None)
-    return NOT_APPLICABLE if found is None else found
+    return _verdict([_problems("LaunchTemplate", data["InstanceType"], None)])
 
 
 def _auto_scaling_group(resource: Resource) -> Result:
@@ -154,16 +163,7 @@ def _auto_scaling_group(resource: Resource) -> Result:
     overrides = launch.get("Overrides")
     if data is None or not isinstance(overrides, list):
         return NOT_APPLICABLE
-    findings: list[str] = []
-    applicable = False
-    for i, override in enumerate(overrides):
-        if not isinstance(override, Mapping) or "InstanceType" not in override:
-            continue
-        found = _problems(f"Override{i}", override["InstanceType"], None)
-        if found is not None:
-            applicable = True
-            findings += found
-    return findings if applicable else NOT_APPLICABLE
+    return _verdict(_problems(f"Override{i}", o["InstanceType"], None) for i, o in _with_instance_type(overrides))
 
 
 _CHECKS = {

@@ -12,29 +12,23 @@ Finding per bad value: ``<state>:<key>``. Values set at run time (``"Key.$"``, J
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from gpu_constructs.rules._rule import Resource, Result, rule
-from gpu_constructs.rules._training import RESOURCE_TYPES, UNKNOWN, training_requests, verdict
+from gpu_constructs.rules._training import UNKNOWN, TrainingRequest, training_rule
 
 
-@rule(
+@training_rule(
     id="TrainingHyperParameterNotString",
-    resource_types=RESOURCE_TYPES,
     info="A HyperParameters value is not a string: CreateTrainingJob accepts only strings (map of "
     'HyperParameterKey to HyperParameterValue). Quote it, e.g. "epochs": "30".',
     doc=__doc__,
 )
-def check(resource: Resource) -> Result:
-    requests = training_requests(resource)
-    findings: list[str] = []
-    for request in requests:
-        values = request.get("HyperParameters")
-        if not isinstance(values, Mapping):
+def check(request: TrainingRequest) -> Iterator[str]:
+    values = request.get("HyperParameters")
+    if not isinstance(values, Mapping):
+        return
+    for key, value in values.items():
+        if str(key).endswith(".$") or request.get("HyperParameters", str(key)) is UNKNOWN:
             continue
-        for key, value in values.items():
-            if str(key).endswith(".$") or request.get("HyperParameters", str(key)) is UNKNOWN:
-                continue
-            if not isinstance(value, str):
-                findings.append(f"{request.where}:{key}")
-    return verdict(resource, requests, findings)
+        if not isinstance(value, str):
+            yield f"{request.where}:{key}"

@@ -17,27 +17,22 @@ architecture that CUDA version cannot build for. Anything set at run or deploy t
 
 from __future__ import annotations
 
-from gpu_constructs.rules._rule import Resource, Result, rule
-from gpu_constructs.rules._training import RESOURCE_TYPES, catalog_entry, gpu_image, training_requests, verdict
+from collections.abc import Iterator
+
+from gpu_constructs.rules._training import TrainingRequest, image_and_instance, training_rule
 
 
-@rule(
+@training_rule(
     id="TrainingImageCudaArchitecture",
-    resource_types=RESOURCE_TYPES,
     info="The training image's CUDA version cannot build for the instance type's GPU architecture: the job fails "
     "with 'no kernel image is available'. Use an image whose CUDA supports the GPU, or another GPU type.",
     doc=__doc__,
 )
-def check(resource: Resource) -> Result:
+def check(request: TrainingRequest) -> Iterator[str]:
     from gpu_constructs.catalog import cuda_support_problem
 
-    requests = training_requests(resource)
-    bad = []
-    for request in requests:
-        image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
-        entry = catalog_entry(request.text("ResourceConfig", "InstanceType"))
-        if image is None or image.cuda is None or entry is None or not entry.has_nvidia_gpu:
-            continue
-        if cuda_support_problem(entry, image.cuda) is not None:
-            bad.append(f"{request.where}:{image.cuda}")
-    return verdict(resource, requests, bad)
+    image, entry = image_and_instance(request)
+    if image is None or image.cuda is None or entry is None or not entry.has_nvidia_gpu:
+        return
+    if cuda_support_problem(entry, image.cuda) is not None:
+        yield f"{request.where}:{image.cuda}"

@@ -15,23 +15,15 @@ and types missing from the catalog are not judged.
 
 from __future__ import annotations
 
-from gpu_constructs.rules._rule import Resource, Result, rule
-from gpu_constructs.rules._training import RESOURCE_TYPES, catalog_entry, gpu_image, training_requests, verdict
+from gpu_constructs.rules._training import TrainingRequest, image_and_instance, training_rule
 
 
-@rule(
+@training_rule(
     id="TrainingInstanceNotNvidiaGpu",
-    resource_types=RESOURCE_TYPES,
     info="A training job runs a GPU (CUDA) image on an instance type without an NVIDIA GPU: CUDA finds no device. "
     "Use an NVIDIA GPU training type (ml.g5, ml.g6, ml.p4d, ml.p5 ...) or a CPU image.",
     doc=__doc__,
 )
-def check(resource: Resource) -> Result:
-    requests = training_requests(resource)
-    bad = []
-    for request in requests:
-        image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
-        entry = catalog_entry(request.text("ResourceConfig", "InstanceType"))
-        if image is not None and entry is not None and not entry.has_nvidia_gpu:
-            bad.append(request.where)
-    return verdict(resource, requests, bad)
+def check(request: TrainingRequest) -> list[str]:
+    image, entry = image_and_instance(request)
+    return [request.where] if image is not None and entry is not None and not entry.has_nvidia_gpu else []

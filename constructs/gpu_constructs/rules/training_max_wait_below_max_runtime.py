@@ -16,29 +16,25 @@ Findings (per state): ``<state>:MaxWaitBelowMaxRuntime`` when both are literal n
 
 from __future__ import annotations
 
-from gpu_constructs.rules._rule import Resource, Result, rule
-from gpu_constructs.rules._training import RESOURCE_TYPES, UNKNOWN, training_requests, verdict
+from collections.abc import Iterator
+
+from gpu_constructs.rules._training import UNKNOWN, TrainingRequest, training_rule
 
 
-@rule(
+@training_rule(
     id="TrainingMaxWaitBelowMaxRuntime",
-    resource_types=RESOURCE_TYPES,
     info="StoppingCondition.MaxWaitTimeInSeconds is below MaxRuntimeInSeconds, or is set without managed spot "
     "training: CreateTrainingJob rejects it. Use MaxWait >= MaxRuntime, with EnableManagedSpotTraining true.",
     doc=__doc__,
 )
-def check(resource: Resource) -> Result:
-    requests = training_requests(resource)
-    findings: list[str] = []
-    for request in requests:
-        wait = request.get("StoppingCondition", "MaxWaitTimeInSeconds")
-        runtime = request.get("StoppingCondition", "MaxRuntimeInSeconds")
-        spot = request.get("EnableManagedSpotTraining")
-        if _number(wait) and _number(runtime) and wait < runtime:
-            findings.append(f"{request.where}:MaxWaitBelowMaxRuntime")
-        if wait is not None and spot is not UNKNOWN and spot is not True:
-            findings.append(f"{request.where}:MaxWaitWithoutSpot")
-    return verdict(resource, requests, findings)
+def check(request: TrainingRequest) -> Iterator[str]:
+    wait = request.get("StoppingCondition", "MaxWaitTimeInSeconds")
+    runtime = request.get("StoppingCondition", "MaxRuntimeInSeconds")
+    spot = request.get("EnableManagedSpotTraining")
+    if _number(wait) and _number(runtime) and wait < runtime:
+        yield f"{request.where}:MaxWaitBelowMaxRuntime"
+    if wait is not None and spot is not UNKNOWN and spot is not True:
+        yield f"{request.where}:MaxWaitWithoutSpot"
 
 
 def _number(value: object) -> bool:

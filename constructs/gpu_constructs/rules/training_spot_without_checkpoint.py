@@ -19,22 +19,15 @@ Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.syn
 
 from __future__ import annotations
 
-from gpu_constructs.rules._rule import Resource, Result, rule
-from gpu_constructs.rules._training import RESOURCE_TYPES, training_requests, verdict
+from gpu_constructs.rules._training import TrainingRequest, training_rule
 
 
-@rule(
+@training_rule(
     id="TrainingSpotWithoutCheckpoint",
-    resource_types=RESOURCE_TYPES,
     info="A managed spot training job has no CheckpointConfig.S3Uri: every spot interruption restarts training "
     "from the beginning. Set CheckpointConfig (S3Uri, LocalPath) and write checkpoints there.",
     doc=__doc__,
 )
-def check(resource: Resource) -> Result:
-    requests = training_requests(resource)
-    bad = [
-        r.where
-        for r in requests
-        if r.get("EnableManagedSpotTraining") is True and r.get("CheckpointConfig", "S3Uri") is None
-    ]
-    return verdict(resource, requests, bad)
+def check(request: TrainingRequest) -> list[str]:
+    spot = request.get("EnableManagedSpotTraining") is True
+    return [request.where] if spot and request.get("CheckpointConfig", "S3Uri") is None else []

@@ -16,26 +16,19 @@ NVMe. Instance types chosen at run time or unknown to the catalog are not judged
 from __future__ import annotations
 
 from gpu_constructs.errors import ValidationError
-from gpu_constructs.rules._rule import Resource, Result, rule
-from gpu_constructs.rules._training import RESOURCE_TYPES, training_requests, verdict
+from gpu_constructs.rules._training import TrainingRequest, training_rule
 
 
-@rule(
+@training_rule(
     id="TrainingVolumeKmsOnInstanceStorage",
-    resource_types=RESOURCE_TYPES,
     info="ResourceConfig.VolumeKmsKeyId is set on an instance type with local NVMe instance storage: "
     "CreateTrainingJob rejects it. Drop VolumeKmsKeyId there (the hardware encrypts local storage).",
     doc=__doc__,
 )
-def check(resource: Resource) -> Result:
-    requests = training_requests(resource)
-    bad = [
-        r.where
-        for r in requests
-        if r.get("ResourceConfig", "VolumeKmsKeyId") is not None
-        and _local_nvme(r.text("ResourceConfig", "InstanceType"))
-    ]
-    return verdict(resource, requests, bad)
+def check(request: TrainingRequest) -> list[str]:
+    if request.get("ResourceConfig", "VolumeKmsKeyId") is None:
+        return []
+    return [request.where] if _local_nvme(request.text("ResourceConfig", "InstanceType")) else []
 
 
 def _local_nvme(instance_type: str | None) -> bool:

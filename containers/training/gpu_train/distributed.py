@@ -44,18 +44,18 @@ class DistContext:
 
     def sum(self, *values: float) -> list[float]:
         """Sum of each value over all processes."""
-        if not self.distributed:
-            return list(values)
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.control)
-        return [float(v) for v in tensor.tolist()]
+        return self._reduce_floats(values, "SUM")
 
     def minimum(self, *values: float) -> list[float]:
         """Minimum of each value over all processes."""
+        return self._reduce_floats(values, "MIN")
+
+    def _reduce_floats(self, values: tuple[float, ...], op: str) -> list[float]:
+        """``values`` reduced with ``dist.ReduceOp.<op>`` over all processes (as given when not distributed)."""
         if not self.distributed:
             return list(values)
         tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.control)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op), group=self.control)
         return [float(v) for v in tensor.tolist()]
 
     def gather(self, obj: Any) -> list[Any]:

@@ -189,23 +189,23 @@ def _bad(name: str, raw: object, spec: Spec, why: str = "") -> HyperparameterErr
     return HyperparameterError(f"hyperparameter {name}={raw!r} is not allowed{reason}; allowed: {spec.allowed()}")
 
 
-def _parse_int(name: str, raw: str, spec: Spec) -> int:
-    text = _unquote(raw)
+def _number(name: str, raw: str, spec: Spec, why: str) -> float:
+    """``raw`` (quotes stripped) as a float; ``why`` is the reason given when it is not a number at all."""
     try:
-        number = float(text)
+        return float(_unquote(raw))
     except ValueError:
-        raise _bad(name, raw, spec, "not an integer") from None
+        raise _bad(name, raw, spec, why) from None
+
+
+def _parse_int(name: str, raw: str, spec: Spec) -> int:
+    number = _number(name, raw, spec, "not an integer")
     if not number.is_integer():
         raise _bad(name, raw, spec, "not an integer")
     return int(number)
 
 
 def _parse_float(name: str, raw: str, spec: Spec) -> float:
-    text = _unquote(raw)
-    try:
-        number = float(text)
-    except ValueError:
-        raise _bad(name, raw, spec, "not a number") from None
+    number = _number(name, raw, spec, "not a number")
     if number != number or number in (float("inf"), float("-inf")):
         raise _bad(name, raw, spec, "not a finite number")
     return number

@@ -1,4 +1,4 @@
-"""Print every stack of a cloud assembly with its resource count: ``python -m stacks.summary cdk.out``."""
+"""Print every stack of a cloud assembly with its resource count: ``python -m platform_tools.summary cdk.out``."""
 
 from __future__ import annotations
 

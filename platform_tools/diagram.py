@@ -1,6 +1,7 @@
-"""Draw the architecture diagram from a synthesized cloud assembly: ``python -m stacks.diagram cdk.out OUT.png``.
+"""Draw the architecture diagram from a synthesized cloud assembly.
 
-``make diagram`` runs it on ``cdk.out`` (synthesizing first when needed) and writes ``docs/architecture.png``.
+``python -m platform_tools.diagram cdk.out OUT.png`` draws it; ``make diagram`` runs it on ``cdk.out`` (synthesizing
+first when needed) and writes ``docs/architecture.png``.
 It reads only the assembly: ``manifest.json`` (stacks, their dependencies, templates), ``tree.json`` (the
 construct tree: main resources per stack, their construct types and logical ids) and each template
 (``Fn::ImportValue`` of another stack's export, SSM parameters one stack writes and another reads).
@@ -420,8 +421,7 @@ def render(arch: Architecture, output: Path, *, title: str | None = None, dpi: i
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     boxes, cols, width, height = layout(arch)
     margin_top, margin_bottom, margin_side = 1.1, 1.5, 0.4
@@ -529,6 +529,19 @@ def render(arch: Architecture, output: Path, *, title: str | None = None, dpi: i
         title or _default_title(arch),
         fontsize=14, fontweight="bold", va="center", ha="left", color="#232F3E",
     )  # fmt: skip
+    _legend(ax)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    metadata: dict[str, Any] = {"Software": None} if output.suffix.lower() == ".png" else {"Date": None}
+    fig.savefig(output, dpi=dpi, metadata=metadata, facecolor="white")
+    plt.close(fig)
+    return output
+
+
+def _legend(ax: Any) -> None:
+    """The service colours and the two kinds of arrows, in the lower left corner."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles: list[Any] = [Patch(facecolor=c, edgecolor=c, label=label) for c, label in CATEGORIES.values()]
     handles += [
         Line2D([0], [0], color="#232F3E", label="cross-stack reference (export → import)"),
@@ -537,11 +550,6 @@ def render(arch: Architecture, output: Path, *, title: str | None = None, dpi: i
     ax.legend(
         handles=handles, loc="lower left", bbox_to_anchor=(0.005, 0.005), ncol=4, fontsize=7.5, frameon=False,
     )  # fmt: skip
-    output.parent.mkdir(parents=True, exist_ok=True)
-    metadata: dict[str, Any] = {"Software": None} if output.suffix.lower() == ".png" else {"Date": None}
-    fig.savefig(output, dpi=dpi, metadata=metadata, facecolor="white")
-    plt.close(fig)
-    return output
 
 
 def _default_title(arch: Architecture) -> str:

@@ -1,8 +1,8 @@
 """Generate the configuration reference (docs/config-reference.md) from the config model.
 
-``python -m stacks.config_reference docs/config-reference.md`` (``make config-reference``) writes it;
-``python -m stacks.config_reference --check docs/config-reference.md`` exits 1 when the file differs from
-a fresh generation. Every field of :class:`stacks.config.EnvConfig` and of each nested section is listed
+``python -m platform_tools.config_reference docs/config-reference.md`` (``make config-reference``) writes
+it; ``python -m platform_tools.config_reference --check docs/config-reference.md`` exits 1 when the file
+differs from a fresh generation. Every field of :class:`stacks.config.EnvConfig` and of each nested section is listed
 with its YAML path, type, default and description, so the reference cannot drift from the code.
 """
 
@@ -163,10 +163,10 @@ def render(root: type[BaseModel] = EnvConfig) -> str:
     out = [
         "# Configuration reference",
         "",
-        "<!-- Generated from stacks/config.py by `make config-reference`; do not edit by hand. -->",
+        "<!-- Generated from the stacks/config package by `make config-reference`; do not edit by hand. -->",
         "",
         "One YAML file per environment, `config/<env>.yaml`, selected with `make synth ENV=<env>` or",
-        "`cdk synth -c env=<env>`. The file is parsed into the frozen, strict model of `stacks/config.py`",
+        "`cdk synth -c env=<env>`. The file is parsed into the frozen, strict model of `stacks/config/`",
         "before any construct is built: unknown keys are errors, and every error names the file, the key,",
         "the bad value and what is allowed. A key left out takes the default below.",
         "",

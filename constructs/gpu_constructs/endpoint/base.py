@@ -1,0 +1,68 @@
+"""Names, limits and the error of the endpoint's value types, shared by the modules of the package."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpu_constructs.errors import ValidationError, fail
+
+#: CloudWatch namespace of SageMaker's invocation metrics (Invocations, 5xx, ModelLatency, backlog).
+INVOCATION_METRICS_NAMESPACE = "AWS/SageMaker"
+#: CloudWatch namespace of the per-instance utilization metrics (CPU, memory, GPU, GPU memory, disk).
+INSTANCE_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
+#: Id of the warning annotation for a production endpoint that can run on a single instance.
+SINGLE_INSTANCE_WARNING_ID = "@gpu-platform/endpoint:singleInstanceInProduction"
+#: Log group name prefix of SageMaker endpoints.
+LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints/"
+
+#: CloudWatch units a log metric filter may name.
+UNIT_NAMES = ("Count", "Milliseconds", "Seconds", "Bytes", "Percent", "None")
+
+#: Timeouts of the model download and the container's start-up health check, in seconds.
+TIMEOUT_RANGE_S = (60, 3600)
+#: Size of the EBS ML storage volume (types without local NVMe), in GB.
+VOLUME_SIZE_RANGE_GB = (1, 512)
+
+#: Bounds of a blue/green deployment's whole run (SageMaker's MaximumExecutionTimeoutInSeconds), in seconds.
+MIN_EXECUTION_TIMEOUT_S = 600
+MAX_EXECUTION_TIMEOUT_S = 28_800
+#: Longest bake time after a traffic shift and longest termination wait, in seconds.
+MAX_BAKE_S = 3600
+#: Allowed canary sizes and linear steps, in percent of the variant's capacity.
+STEP_PERCENT_RANGE = {"CANARY": (1, 50), "LINEAR": (10, 50)}
+
+PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
+
+
+class SettingError(ValidationError):
+    """A rule of an endpoint value type failed; ``setting`` is the dotted setting (``deployment.wait_interval``).
+
+    A config that builds the value types turns ``setting`` back into its own key (see ``stacks.config``).
+    """
+
+    def __init__(self, where: str, setting: str, message: str) -> None:
+        super().__init__(where, message)
+        self.setting = setting
+
+
+def invalid(where: str, setting: str, value: Any, allowed: str, *, name: str | None = None) -> SettingError:
+    """The standard error (``<where>: <name>=<value!r> is not allowed; allowed: <allowed>``) of ``setting``.
+
+    ``name`` (default: ``setting``) is what the message calls it, e.g. ``deployment.wait_interval (seconds)``.
+    """
+    detail = fail(where, name or setting, value, allowed).detail
+    return SettingError(where, setting, detail)
+
+
+def check_prefix(where: str, setting: str, prefix: str) -> None:
+    """Refuse an S3 key prefix that is absolute, climbs (``..``) or has characters S3 keys should not."""
+    if prefix.startswith("/") or ".." in prefix or not PREFIX_RE.match(prefix):
+        raise invalid(where, setting, prefix, "a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'")
+
+
+def join_prefix(prefix: str, name: str) -> str:
+    """``<prefix>/<name>/`` (a missing trailing slash of ``prefix`` added)."""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return f"{prefix}{name}/"

@@ -1,0 +1,108 @@
+"""cdk-nag acknowledgments of :class:`~gpu_constructs.training.TrainingPipeline`: the wildcards it grants on purpose
+(IAM5, acknowledged one exact finding id at a time once references are final), its inline policies and the job
+security group's self-referencing rule."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from constructs import IConstruct
+
+from gpu_constructs import nag
+from gpu_constructs.training.roles import SAGEMAKER_VPC_ACTIONS
+
+if TYPE_CHECKING:
+    from gpu_constructs.training.pipeline import TrainingPipeline
+
+__all__ = ["JOB_GROUP_INTERNAL_REASON", "STAR_RESOURCE_ACTIONS", "STAR_RESOURCE_REASON"]
+
+
+def acknowledge_policy(pipeline: TrainingPipeline, policy: IConstruct | None, inline_reason: str) -> None:
+    """The inline policy of one of the setup's roles: IAMNoInlinePolicy, and its expected IAM5 wildcards."""
+    if policy is None:
+        return
+    nag.acknowledge_compliance(policy, "IAMNoInlinePolicy", inline_reason)
+    nag.acknowledge_wildcards(
+        policy,
+        expected_wildcards(pipeline),
+        star_actions=STAR_RESOURCE_ACTIONS,
+        star_reason=STAR_RESOURCE_REASON,
+        on=pipeline,
+    )
+
+
+def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
+    """The IAM5 findings this construct causes on purpose (regex of the finding id, reason).
+
+    Anything else — another prefix, a wildcard action not listed, ``*`` on another action — is not
+    acknowledged, so cdk-nag still reports it.
+    """
+    prefix = pipeline.job_name_prefix
+    prefixes = [pipeline.dataset_prefix, f"output/{prefix}/", f"checkpoints/{prefix}/"]
+    if pipeline.source_prefix:
+        prefixes.append(pipeline.source_prefix)
+    objects = "|".join(re.escape(p) for p in prefixes)
+    arn = r"arn:[^*]*"
+    return [
+        (
+            r"Action::(s3:(GetObject|GetBucket|List|Abort|DeleteObject)|kms:(GenerateDataKey|ReEncrypt))\*",
+            "Safe because these are the action groups of the CDK's S3 bucket grants (read, put, read-write) "
+            "and their KMS data-key actions, each limited to one object prefix of one platform bucket and to "
+            "the platform's data key",
+        ),
+        (
+            rf"Resource::[^*]*/({objects})\*",
+            "Safe because the wildcard is the object-key suffix under one prefix of one platform bucket (the "
+            "dataset, raw files, job output or checkpoints of this setup), since SageMaker names the objects",
+        ),
+        (
+            rf"Resource::{arn}:logs:[^*]*:log-group:/aws/sagemaker/(TrainingJobs|ProcessingJobs):\*",
+            "Safe because the wildcard only covers the log streams of SageMaker's own job log group, since "
+            "SageMaker names one stream per job host",
+        ),
+        (
+            rf"Resource::{arn}:ec2:[^*]*:(network-interface|subnet|security-group)/\*",
+            "Safe because network interfaces are created at run time with ids unknown at deploy time, and "
+            "the statement is limited by an ec2:Vpc condition to this VPC, since SageMaker needs them for VPC jobs",
+        ),
+        (
+            rf"Resource::{arn}:sagemaker:[^*]*:(training-job/{re.escape(prefix)}|"
+            rf"processing-job/{re.escape(pipeline.shard_job_name_prefix)})-\*",
+            "Safe because the wildcard is the suffix of job names that start with this setup's prefix, since "
+            "each execution chooses a new job name",
+        ),
+    ]
+
+
+#: Actions AWS supports only on ``Resource: "*"`` that the job roles and the state machine need.
+STAR_RESOURCE_ACTIONS = frozenset(
+    {
+        "ecr:GetAuthorizationToken",
+        "cloudwatch:PutMetricData",
+        *(a for a in SAGEMAKER_VPC_ACTIONS if ":Describe" in a),
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "xray:GetSamplingRules",
+        "xray:GetSamplingTargets",
+        "logs:CreateLogDelivery",
+        "logs:GetLogDelivery",
+        "logs:UpdateLogDelivery",
+        "logs:DeleteLogDelivery",
+        "logs:ListLogDeliveries",
+        "logs:PutResourcePolicy",
+        "logs:DescribeResourcePolicies",
+        "logs:DescribeLogGroups",
+    }
+)
+STAR_RESOURCE_REASON = (
+    "Safe because every action on Resource * supports no resource-level permissions: ECR registry login, "
+    "PutMetricData (limited by a namespace condition), EC2 Describe calls for VPC jobs, and the X-Ray and "
+    "log-delivery calls Step Functions makes, since AWS documents them on *"
+)
+
+
+JOB_GROUP_INTERNAL_REASON = (
+    "Safe because the rule admits traffic only from this same security group (the hosts of one training job "
+    "exchanging NCCL traffic on dynamic ports); nothing outside the group, and no CIDR, can reach these ports"
+)

@@ -1,0 +1,365 @@
+"""The training state machine's definition::
+
+    Init -> Defaults -> MergeInput -> Arguments -> ValidateJobName -> ValidateInstanceType -> Derive<procs>x<workers>
+         -> MergeHyperparameters -> ValidateHyperparameters -> [PrepareData? -> ShardDataset] -> Train
+         -> RecordResult -> Output -> Succeeded
+
+A failed job is described and ends in a Fail state whose cause is the job's ``FailureReason``. Every state is a
+child of the pipeline construct, with a stable id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import Stack
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from gpu_constructs.catalog import processes_per_host_limit
+from gpu_constructs.errors import path_of
+from gpu_constructs.training.roles import JobKind, job_arn
+from gpu_constructs.training_spec import (
+    HP_NUM_WORKERS,
+    HP_PROCESSES_PER_HOST,
+    PROCESSES_PER_HOST_PATTERN,
+    SfnPaths,
+    hyperparameter_limits,
+)
+
+if TYPE_CHECKING:
+    from gpu_constructs.training.options import PrepareOptions
+    from gpu_constructs.training.pipeline import TrainingPipeline
+
+__all__ = ["definition", "hyperparameter_expression"]
+
+_PATHS = SfnPaths(hyperparameters="$.run.hyperparameters")
+
+
+def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.IChainable:
+    """The chain from ``Init``; the states are created in a fixed order under ``pipeline``."""
+    start = _input_states(pipeline, data_version, prepare)
+    check_name, merge_hp = _validation_states(pipeline)
+    train = _sync_task(
+        pipeline,
+        "Train",
+        "CreateTrainingJob with the full API (spot, checkpoints, VPC, FSx); waits for the end",
+        "createTrainingJob",
+        pipeline.spec.to_sfn_parameters(_PATHS, where=path_of(pipeline)),
+        "$.training",
+    )
+    train.next(_result_states(pipeline))
+    train.add_catch(_failure_branch(pipeline, "Training"), result_path="$.error")
+    bad_hp = sfn.Fail.jsonata(
+        pipeline,
+        "InvalidHyperparameters",
+        error="InvalidInput",
+        cause="{% 'The execution input is not valid: ' & $join($states.input.run.problems, '; ') %}",
+    )
+    check_hp = sfn.Choice.jsonata(
+        pipeline, "ValidateHyperparameters", comment="Fail with every problem before SageMaker is called"
+    )
+    check_hp.when(sfn.Condition.jsonata("{% $count($states.input.run.problems) > 0 %}"), bad_hp)
+    if prepare is not None and pipeline.sharding_spec is not None:
+        merge_hp.next(check_hp.otherwise(_prepare_branch(pipeline, train)))
+    else:
+        merge_hp.next(check_hp.otherwise(train))
+    return start.next(check_name)
+
+
+def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.Chain:
+    """Init -> Defaults -> MergeInput -> Arguments: the execution input merged over the defaults."""
+    init = sfn.Pass(
+        pipeline,
+        "Init",
+        comment="A short run id for default job names, and the execution input",
+        parameters={
+            "run_id": sfn.JsonPath.array_get_item(sfn.JsonPath.string_split(sfn.JsonPath.uuid(), "-"), 0),
+            "input": sfn.JsonPath.execution_input,
+        },
+    )
+    defaults: dict[str, Any] = {
+        "job_name": sfn.JsonPath.format(f"{pipeline.job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")),
+        "instance_type": pipeline.spec.instance_type,
+        "data_version": data_version,
+        "hyperparameters": {},
+    }
+    if prepare is not None:
+        defaults["prepare"] = prepare.run_by_default
+        defaults["prepare_job_name"] = sfn.JsonPath.format(
+            f"{pipeline.shard_job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")
+        )
+    apply_defaults = sfn.Pass(
+        pipeline,
+        "Defaults",
+        comment="Defaults of every runtime value; the execution input overrides them",
+        parameters={
+            "defaults": defaults,
+            "input": sfn.JsonPath.object_at("$.input"),
+            "static": {
+                "base_hyperparameters": dict(pipeline.spec.hyperparameters),
+                "result_defaults": {
+                    "ModelArtifacts": {"S3ModelArtifacts": ""},
+                    "FinalMetricDataList": [],
+                    "TrainingTimeInSeconds": 0,
+                    "BillableTimeInSeconds": 0,
+                },
+                "failure_defaults": {"FailureReason": "no failure reason given (the job may have been stopped)"},
+            },
+        },
+    )
+    merge_input = sfn.Pass(
+        pipeline,
+        "MergeInput",
+        parameters={
+            "value": sfn.JsonPath.json_merge(sfn.JsonPath.object_at("$.defaults"), sfn.JsonPath.object_at("$.input"))
+        },
+        result_path="$.merged",
+    )
+    unpack = sfn.Pass(
+        pipeline,
+        "Arguments",
+        parameters={"args": sfn.JsonPath.object_at("$.merged.value"), "static": sfn.JsonPath.object_at("$.static")},
+    )
+    return init.next(apply_defaults).next(merge_input).next(unpack)
+
+
+def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass]:
+    """ValidateJobName -> ValidateInstanceType -> Derive<procs>x<workers> -> MergeHyperparameters."""
+    prefix = pipeline.job_name_prefix
+    allowed = pipeline.allowed_instance_types
+    bad_name = sfn.Fail(
+        pipeline,
+        "InvalidJobName",
+        error="InvalidInput",
+        cause_path=sfn.JsonPath.format(
+            f"job_name {{}} is not allowed; allowed: a name that starts with {prefix}- and has at most 63 "
+            "letters, digits and hyphens",
+            sfn.JsonPath.string_at("$.args.job_name"),
+        ),
+    )
+    check_name = sfn.Choice(pipeline, "ValidateJobName", comment="IAM lets this pipeline run only <prefix>-* jobs")
+    bad_type = sfn.Fail(
+        pipeline,
+        "InstanceTypeNotAllowed",
+        error="InvalidInput",
+        cause_path=sfn.JsonPath.format(
+            "instance_type {} is not allowed for this pipeline; allowed: " + ", ".join(allowed),
+            sfn.JsonPath.string_at("$.args.instance_type"),
+        ),
+    )
+    check_type = sfn.Choice(
+        pipeline,
+        "ValidateInstanceType",
+        comment="NVIDIA GPU training types from the GPU catalog, grouped by their derived distribution",
+    )
+    merge_hp = sfn.Pass.jsonata(
+        pipeline,
+        "MergeHyperparameters",
+        comment="derived distribution <- base hyperparameters <- execution input, every value a string "
+        "(numbers and booleans converted), checked against SageMaker's limits and the GPUs of the type",
+        outputs="{% " + hyperparameter_expression({name: processes_per_host_limit(name) for name in allowed}) + " %}",
+    )
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name in allowed:
+        derived = pipeline.spec.distribution_for(name)
+        groups.setdefault((derived[HP_PROCESSES_PER_HOST], derived[HP_NUM_WORKERS]), []).append(name)
+    for (procs, workers), names in sorted(groups.items(), key=lambda kv: (int(kv[0][0]), int(kv[0][1]))):
+        derive = sfn.Pass(
+            pipeline,
+            f"Derive{procs}x{workers}",
+            comment=f"{procs} process(es) per host, {workers} data-loader workers each: {', '.join(names)}",
+            result=sfn.Result.from_object({HP_PROCESSES_PER_HOST: procs, HP_NUM_WORKERS: workers}),
+            result_path="$.derived",
+        )
+        conditions = [sfn.Condition.string_equals("$.args.instance_type", n) for n in names]
+        rule = conditions[0] if len(conditions) == 1 else sfn.Condition.or_(*conditions)
+        check_type.when(rule, derive.next(merge_hp))
+    check_type.otherwise(bad_type)
+    check_name.when(
+        sfn.Condition.and_(
+            sfn.Condition.is_string("$.args.job_name"),
+            sfn.Condition.string_matches("$.args.job_name", f"{prefix}-*"),
+        ),
+        check_type,
+    ).otherwise(bad_name)
+    return check_name, merge_hp
+
+
+def _result_states(pipeline: TrainingPipeline) -> sfn.Chain:
+    """RecordResult -> Output -> Succeeded: the model artifact, metrics and what produced them."""
+    record = _with_defaults(pipeline, "RecordResult", "$.static.result_defaults", "$.training", "$.result")
+    output = sfn.Pass(
+        pipeline,
+        "Output",
+        comment="The execution output: model artifact, metrics and what produced them",
+        parameters={
+            "training_job_name": sfn.JsonPath.string_at("$.result.job.TrainingJobName"),
+            "training_job_arn": sfn.JsonPath.string_at("$.result.job.TrainingJobArn"),
+            "status": sfn.JsonPath.string_at("$.result.job.TrainingJobStatus"),
+            "model_artifact": sfn.JsonPath.string_at("$.result.job.ModelArtifacts.S3ModelArtifacts"),
+            "final_metrics": sfn.JsonPath.list_at("$.result.job.FinalMetricDataList"),
+            "training_seconds": sfn.JsonPath.number_at("$.result.job.TrainingTimeInSeconds"),
+            "billable_seconds": sfn.JsonPath.number_at("$.result.job.BillableTimeInSeconds"),
+            "instance_type": sfn.JsonPath.string_at("$.args.instance_type"),
+            "data_version": sfn.JsonPath.string_at("$.args.data_version"),
+            "hyperparameters": sfn.JsonPath.object_at("$.run.hyperparameters"),
+        },
+    )
+    return record.next(output).next(sfn.Succeed(pipeline, "Succeeded"))
+
+
+def _prepare_branch(pipeline: TrainingPipeline, train: sfn.CustomState) -> sfn.Choice:
+    """PrepareData? -> ShardDataset -> Train (or straight to Train)."""
+    assert pipeline.sharding_spec is not None
+    prepare_state = _sync_task(
+        pipeline,
+        "ShardDataset",
+        "gpuctl shard in the training image: raw files -> tar shards for this data version",
+        "createProcessingJob",
+        pipeline.sharding_spec.to_sfn_parameters(where=path_of(pipeline)),
+        "$.prepare",
+    )
+    prepare_state.add_catch(_failure_branch(pipeline, "Processing"), result_path="$.error")
+    prepare_state.next(train)
+    choice = sfn.Choice(pipeline, "PrepareData?")
+    choice.when(sfn.Condition.boolean_equals("$.args.prepare", True), prepare_state).otherwise(train)
+    return choice
+
+
+def _sync_task(
+    pipeline: TrainingPipeline, state_id: str, comment: str, action: str, parameters: dict[str, Any], result_path: str
+) -> sfn.CustomState:
+    """A ``sagemaker:<action>.sync`` task with the full API in ``parameters`` (the CDK task classes lack fields)."""
+    return sfn.CustomState(
+        pipeline,
+        state_id,
+        state_json={
+            "Type": "Task",
+            "Comment": comment,
+            "Resource": f"arn:{Stack.of(pipeline).partition}:states:::sagemaker:{action}.sync",
+            "Parameters": parameters,
+            "ResultPath": result_path,
+        },
+    )
+
+
+#: Per job kind: the ids of the describe, summarize, failed and not-created states, the job name's path in the
+#: state, the error of the Fail state and the start of its cause.
+_FAILURES: dict[str, tuple[tuple[str, str, str, str], str, str, str]] = {
+    "Training": (
+        ("DescribeFailedTrainingJob", "SummarizeFailure", "TrainingJobFailed", "TrainingJobNotCreated"),
+        "$.args.job_name",
+        "TrainingJobFailed",
+        "Training job {}",
+    ),
+    "Processing": (
+        ("DescribeFailedPrepare", "SummarizePrepareFailure", "PrepareFailed", "PrepareNotCreated"),
+        "$.args.prepare_job_name",
+        "DataPreparationFailed",
+        "Processing job {} (gpuctl shard)",
+    ),
+}
+
+
+def _failure_branch(pipeline: TrainingPipeline, kind: JobKind) -> tasks.CallAwsService:
+    """Describe the failed job -> summarize -> Fail with its ``FailureReason`` (a job never created fails with the
+    task's error)."""
+    ids, name_path, error, label = _FAILURES[kind]
+    job = f"{kind}Job"
+    if kind == "Training":
+        arn = job_arn(pipeline, "training-job", pipeline.job_name_prefix)
+    else:
+        arn = job_arn(pipeline, "processing-job", pipeline.shard_job_name_prefix)
+    describe = tasks.CallAwsService(
+        pipeline,
+        ids[0],
+        service="sagemaker",
+        action=f"describe{job}",
+        iam_action=f"sagemaker:Describe{job}",
+        iam_resources=[arn],
+        parameters={f"{job}Name": sfn.JsonPath.string_at(name_path)},
+        result_path="$.failure",
+    )
+    summarize = _with_defaults(pipeline, ids[1], "$.static.failure_defaults", "$.failure", "$.failure")
+    failed = sfn.Fail(
+        pipeline,
+        ids[2],
+        error=error,
+        cause_path=sfn.JsonPath.format(
+            f"{label} ended {{}}: {{}}",
+            sfn.JsonPath.string_at(f"$.failure.job.{job}Name"),
+            sfn.JsonPath.string_at(f"$.failure.job.{job}Status"),
+            sfn.JsonPath.string_at("$.failure.job.FailureReason"),
+        ),
+    )
+    not_created = sfn.Fail(pipeline, ids[3], error_path="$.error.Error", cause_path="$.error.Cause")
+    describe.add_catch(not_created, result_path="$.describe_error")
+    describe.next(summarize).next(failed)
+    return describe
+
+
+def _with_defaults(pipeline: TrainingPipeline, state_id: str, defaults: str, value: str, result_path: str) -> sfn.Pass:
+    """A Pass state that stores ``{"job": <defaults> merged with <value>}`` at ``result_path`` (fields SageMaker may
+    leave out get their defaults)."""
+    return sfn.Pass(
+        pipeline,
+        state_id,
+        parameters={"job": sfn.JsonPath.json_merge(sfn.JsonPath.object_at(defaults), sfn.JsonPath.object_at(value))},
+        result_path=result_path,
+    )
+
+
+def hyperparameter_expression(max_processes: Mapping[str, int]) -> str:
+    """The JSONata expression of the ``MergeHyperparameters`` state (without the ``{% %}`` delimiters).
+
+    CreateTrainingJob takes only strings in ``HyperParameters`` (botocore: map of ``HyperParameterKey`` to
+    ``HyperParameterValue``, both strings), so an execution input such as ``{"hyperparameters": {"epochs": 30}}``
+    would fail at SageMaker. The expression merges the derived distribution, the base hyperparameters and the
+    execution's, converts numbers and booleans to strings (``30`` -> ``"30"``, ``true`` -> ``"true"``) and lists
+    the problems the ``ValidateHyperparameters`` choice fails on, each naming the key, the value and what is
+    allowed: a value that is an object, a list or null; more entries or longer keys and values than botocore's
+    model allows; and ``processes_per_host`` outside 0 or 1..GPUs of the chosen type (``max_processes``: the
+    catalog's :func:`~gpu_constructs.catalog.processes_per_host_limit` per allowed type, the pattern
+    :data:`~gpu_constructs.training_spec.PROCESSES_PER_HOST_PATTERN`: the rule the spec, the config and
+    ``gpuctl`` apply with :func:`~gpu_constructs.training_spec.check_processes_per_host`).
+
+    The state's output is its input with ``run.hyperparameters`` (strings) and ``run.problems`` (a list) set.
+    """
+    count, key_max, value_max = hyperparameter_limits()
+    pph = HP_PROCESSES_PER_HOST
+    limits = json.dumps(dict(sorted(max_processes.items())), separators=(",", ":"))
+    return " ".join(
+        f"""(
+  $in := $states.input;
+  $given := $in.args.hyperparameters;
+  $isObject := $type($given) = 'object';
+  $input := $isObject ? $given : {{}};
+  $text := function($v) {{ $type($v) = 'string' ? $v : $string($v) }};
+  $merged := $merge([$in.derived, $in.static.base_hyperparameters, $input]);
+  $values := $merge($append([{{}}], $each($merged, function($v, $k) {{ {{$k: $text($v)}} }})));
+  $type_problems := $each($input, function($v, $k) {{
+    $type($v) in ['object', 'array', 'null']
+      ? 'hyperparameters.' & $k & '=' & $string($v) & ' is not allowed; allowed: a string, a number or true/false'
+        & ' (SageMaker takes strings; numbers and booleans are converted)'
+  }});
+  $size_problems := $each($values, function($v, $k) {{
+    $length($k) > {key_max} or $length($v) > {value_max}
+      ? 'hyperparameters.' & $substring($k, 0, 40) & ': a ' & $length($k) & '-character name and a '
+        & $length($v) & '-character value; allowed: names up to {key_max} and values up to {value_max} characters'
+  }});
+  $n := $count($keys($values));
+  $count_problem := $n > {count} ? ($n & ' hyperparameters; allowed: at most {count}');
+  $limit := $lookup({limits}, $in.args.instance_type);
+  $procs := $lookup($values, '{pph}');
+  $procs_ok := $contains($procs, /{PROCESSES_PER_HOST_PATTERN}/) and $number($procs) <= $limit;
+  $procs_problem := $not($procs_ok) ? 'hyperparameters.{pph}=' & $procs & ' is not allowed on '
+    & $in.args.instance_type & '; allowed: 0 (one process per GPU) or 1..' & $limit;
+  $problems := $append($append($append($append(
+    $isObject ? [] : ['hyperparameters=' & $string($given) & ' is not allowed; allowed: an object of name: value'],
+    $type_problems), $size_problems), $count_problem), $procs_problem);
+  $merge([$in, {{'run': {{'hyperparameters': $values, 'problems': $problems}}}}])
+)""".split()
+    )

@@ -1,0 +1,504 @@
+"""The :class:`TrainingPipeline` construct: job roles, the job spec, the training state machine, monitoring."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import jsii
+from aws_cdk import Duration, RemovalPolicy, Size, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from gpu_constructs.catalog import instance_types, lookup, require_nvidia_gpu
+from gpu_constructs.errors import ValidationError, fail, is_token, path_of
+from gpu_constructs.keys import allow_cloudwatch_logs, new_key
+from gpu_constructs.principals import RoleConnectable
+from gpu_constructs.removal import named_log_group
+from gpu_constructs.security_groups import cluster_security_group
+from gpu_constructs.storage import PlatformStorage
+from gpu_constructs.topics import notification_topic
+from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON, acknowledge_policy
+from gpu_constructs.training.definition import definition
+from gpu_constructs.training.monitoring import add_alarms, add_dashboard, add_failure_rules
+from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, TrainingImageLike
+from gpu_constructs.training.roles import grant_run_jobs, grant_state_machine, job_policy, job_role
+from gpu_constructs.training_spec import (
+    DATA_VERSION_PLACEHOLDER,
+    Channel,
+    FsxChannel,
+    S3Channel,
+    ShardingJobSpec,
+    ShardSplit,
+    TrainingJobSpec,
+    seconds_of,
+)
+from gpu_constructs.training_spec.rules import as_timedelta
+
+__all__ = ["TrainingPipeline"]
+
+
+@jsii.implements(ec2.IConnectable)
+class TrainingPipeline(RoleConnectable, Construct):
+    """A deployed GPU training setup: job roles, the training state machine, dashboard and alarms.
+
+    ``connections`` are the jobs' security groups (open an FSx file system or other targets to the jobs with
+    it); ``grant_principal`` is the SageMaker execution role (grant it access to further data the jobs read).
+
+    :param image: the training image (``GpuImage`` with usage ``training``).
+    :param storage: datasets / artifacts buckets and the data key (``PlatformStorage``).
+    :param job_name_prefix: every job of this setup starts with it (IAM scopes to ``<prefix>-*``);
+        lowercase letters, digits, hyphens, at most 40 characters. Required.
+    :param instance_type: default ``ml.*`` training type (NVIDIA GPU, from the catalog). Required.
+    :param channels: input channels; S3 URIs must lie under ``s3://<datasets>/<dataset_prefix>``. Required.
+    :param dataset_prefix: the datasets-bucket prefix the job may read (e.g. ``imagenet/``). Required.
+    :param instance_count: hosts per job (default 1).
+    :param volume_size: EBS volume per host (default 100 GiB; types with local NVMe use that instead).
+    :param hyperparameters: default hyperparameters (strings; default none). Executions merge theirs over.
+    :param environment: container environment (default none).
+    :param metric_definitions: ``[{"Name", "Regex"}]`` (default none; pass the runtime's).
+    :param max_runtime: default 1 day.
+    :param spot: managed spot training with checkpoints (default False).
+    :param max_wait: spot: runtime plus waiting for capacity (default 2 x max_runtime).
+    :param max_retry_attempts: SageMaker retries of a failed job (default none).
+    :param vpc: run jobs in this VPC (default: none; required for FSx channels).
+    :param vpc_subnets: subnets of the jobs (default: the VPC's private subnets).
+    :param security_groups: security groups of the jobs (default: a new one with HTTPS egress).
+    :param inter_container_encryption: encrypt traffic between hosts (default True).
+    :param network_isolation: no outbound network from the container (default False).
+    :param processes_per_host / dataloader_workers: default: from the catalog per instance type.
+    :param data_version: default data version (default ``v1``).
+    :param allowed_instance_types: types an execution may choose (default: every NVIDIA training type
+        of the catalog that the image's CUDA supports, has the same local-storage kind and enough GPUs).
+    :param prepare: the optional prepare (sharding) step (default: none).
+    :param production: production rules (multi-host needs inter-container encryption; default False).
+    :param encryption_key: KMS key of the log group and SNS topic (default: a new key with rotation).
+    :param log_retention: state machine log retention (default 90 days).
+    :param removal_policy: of the log group and key (default RETAIN).
+    :param notification_emails: addresses subscribed to failure and alarm notifications (default none).
+    :param alarm_thresholds: see :class:`AlarmThresholds`.
+    :param tags: tags of every job (default none).
+    :param spec_parameter_name: SSM parameter holding the job spec JSON for ``gpuctl``
+        (default ``/<job_name_prefix>/job-spec``).
+    :param role: an existing execution role of the training jobs, trusted by ``sagemaker.amazonaws.com``
+        (default: a new role). The setup adds its grants (datasets prefix, artifacts prefixes, image pull,
+        logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
+        (``iam.Role.from_role_arn(...)``). The prepare step always has a role of its own.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        image: TrainingImageLike,
+        storage: PlatformStorage,
+        job_name_prefix: str,
+        instance_type: str,
+        channels: Sequence[Channel],
+        dataset_prefix: str,
+        instance_count: int = 1,
+        volume_size: Size = Size.gibibytes(100),
+        hyperparameters: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
+        metric_definitions: Sequence[Mapping[str, str]] | None = None,
+        max_runtime: Duration = Duration.days(1),
+        spot: bool = False,
+        max_wait: Duration | None = None,
+        max_retry_attempts: int | None = None,
+        vpc: ec2.IVpc | None = None,
+        vpc_subnets: ec2.SubnetSelection | None = None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None = None,
+        inter_container_encryption: bool = True,
+        network_isolation: bool = False,
+        processes_per_host: int | None = None,
+        dataloader_workers: int | None = None,
+        data_version: str = "v1",
+        allowed_instance_types: Sequence[str] | None = None,
+        prepare: PrepareOptions | None = None,
+        production: bool = False,
+        encryption_key: kms.IKey | None = None,
+        log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        notification_emails: Sequence[str] = (),
+        alarm_thresholds: AlarmThresholds | None = None,
+        tags: Mapping[str, str] | None = None,
+        spec_parameter_name: str | None = None,
+        role: iam.IRole | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._validate_image(image, instance_type)
+        self._validate_prefix(job_name_prefix)
+        self._validate_dataset_prefix(dataset_prefix)
+        self._validate_channels_in_dataset(channels, storage, dataset_prefix)
+        self._validate_vpc(vpc, channels, security_groups)
+        self._validate_emails(notification_emails)
+        self.job_name_prefix = job_name_prefix
+        self.dataset_prefix = _as_prefix(dataset_prefix)
+        self.source_prefix: str | None = None
+        self.shard_job_name_prefix = f"{job_name_prefix}-shard"
+        self.image = image
+        self.storage = storage
+        self.vpc = vpc
+        self.security_groups = self._job_security_groups(vpc, security_groups)
+        self._connections = ec2.Connections(security_groups=self.security_groups)
+        subnet_ids = vpc.select_subnets(**_selection_kwargs(vpc_subnets)).subnet_ids if vpc is not None else []
+
+        # -- the execution role and the job spec --------------------------------------------------------
+        output_prefix = f"output/{job_name_prefix}/"
+        checkpoint_prefix = f"checkpoints/{job_name_prefix}/"
+        self.role = self._execution_role(role, vpc, dataset_prefix, output_prefix, checkpoint_prefix if spot else None)
+        ref = lookup(instance_type, where=path_of(self))
+        artifacts = storage.artifacts_bucket.bucket_name
+        self.spec = TrainingJobSpec(
+            image_uri=image.image_uri,
+            role_arn=self.role.role_arn,
+            instance_type=instance_type,
+            output_s3_uri=f"s3://{artifacts}/{output_prefix}",
+            channels=tuple(channels),
+            instance_count=instance_count,
+            volume_size_gb=int(volume_size.to_gibibytes()),
+            volume_kms_key=storage.key.key_arn if not ref.has_local_nvme else None,
+            output_kms_key=storage.key.key_arn,
+            hyperparameters=dict(hyperparameters or {}),
+            environment=dict(environment or {}),
+            metric_definitions=tuple(dict(m) for m in metric_definitions or ()),
+            max_runtime=as_timedelta(max_runtime),
+            spot=spot,
+            max_wait=as_timedelta(max_wait),
+            checkpoint_s3_uri=f"s3://{artifacts}/{checkpoint_prefix}" if spot else None,
+            subnets=tuple(subnet_ids),
+            security_group_ids=tuple(sg.security_group_id for sg in self.security_groups),
+            inter_container_encryption=inter_container_encryption,
+            network_isolation=network_isolation,
+            processes_per_host=processes_per_host,
+            dataloader_workers=dataloader_workers,
+            data_version=data_version,
+            cuda_version=image.cuda_version,
+            production=production,
+            max_retry_attempts=max_retry_attempts,
+            job_name_prefix=job_name_prefix,
+            tags=dict(tags or {}),
+        ).validate(path_of(self))
+        self.allowed_instance_types = self._allowed_types(allowed_instance_types)
+
+        # -- optional prepare step ----------------------------------------------------------------------
+        self.prepare_role: iam.IRole | None = None
+        self.sharding_spec: ShardingJobSpec | None = None
+        if prepare is not None:
+            self.sharding_spec = self._sharding_spec(prepare, channels, dataset_prefix, vpc, tags)
+
+        # -- the state machine, its notifications and monitoring ----------------------------------------
+        self.encryption_key = encryption_key or self._key(removal_policy)
+        allow_cloudwatch_logs(self.encryption_key, Stack.of(self), sid="AllowCloudWatchLogsForThisAccount")
+        # The publishers of the encrypted topic (CloudWatch alarms, EventBridge rules) are admitted on this key
+        # by gpu_constructs.topics where the topic is bound (alarm_action, rule_target).
+        self._state_machine(data_version, prepare, log_retention, removal_policy)
+        thresholds = (alarm_thresholds or AlarmThresholds()).validate(path_of(self))
+        self._monitoring(ref, thresholds, notification_emails)
+        self.spec_parameter = self._publish_spec(spec_parameter_name)
+
+    # -- grants -----------------------------------------------------------------------------------------
+
+    def grant_start_execution(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Start executions of the state machine and read their status and history."""
+        grant = self.state_machine.grant_start_execution(grantee)
+        self.state_machine.grant_read(grantee)
+        return grant
+
+    def grant_run_jobs(self, grantee: iam.IGrantable) -> iam.Grant:
+        """What ``gpuctl train/status/logs/stop`` need: jobs with the prefix, pass the role, read the logs,
+        the job spec parameter and the stack's outputs."""
+        return grant_run_jobs(self, grantee)
+
+    # -- validation -------------------------------------------------------------------------------------
+
+    def _validate_image(self, image: TrainingImageLike, instance_type: str) -> None:
+        where = path_of(self)
+        if not isinstance(image, TrainingImageLike):
+            raise fail(self, "image", image, "a GpuImage (image_uri, usage, cuda_version, grant_pull ...)")
+        image.require_usage("training", where)
+        if not is_token(instance_type):
+            require_nvidia_gpu(instance_type, where=where, usage="training")
+            image.check_instance(instance_type, where)
+
+    def _validate_prefix(self, prefix: str) -> None:
+        if not isinstance(prefix, str) or not re.fullmatch(r"[a-z0-9](-?[a-z0-9]){0,39}", prefix):
+            raise fail(
+                self,
+                "job_name_prefix",
+                prefix,
+                "1-40 lowercase letters, digits and single hyphens, starting and ending with a letter or digit "
+                "(IAM matches SageMaker's lowercase job ARNs; 22 characters stay for the job's own suffix)",
+            )
+
+    def _validate_dataset_prefix(self, prefix: str) -> None:
+        if not isinstance(prefix, str) or not prefix or prefix.startswith("/") or ".." in prefix:
+            raise fail(self, "dataset_prefix", prefix, "a non-empty relative S3 prefix such as 'imagenet/'")
+
+    def _validate_channels_in_dataset(
+        self, channels: Sequence[Channel], storage: PlatformStorage, dataset_prefix: str
+    ) -> None:
+        if not channels:
+            raise fail(self, "channels", list(channels), "at least one S3Channel or FsxChannel")
+        root = f"s3://{storage.datasets_bucket.bucket_name}/{_as_prefix(dataset_prefix)}"
+        for channel in channels:
+            if isinstance(channel, S3Channel) and not channel.s3_uri.startswith(root):
+                raise fail(
+                    self,
+                    f"channels[{channel.name!r}].s3_uri",
+                    channel.s3_uri,
+                    f"a URI under the dataset prefix the job role may read, {root}...",
+                )
+
+    def _validate_vpc(
+        self,
+        vpc: ec2.IVpc | None,
+        channels: Sequence[Channel],
+        security_groups: Sequence[ec2.ISecurityGroup] | None,
+    ) -> None:
+        fsx = [c.name for c in channels if isinstance(c, FsxChannel)]
+        if fsx and vpc is None:
+            raise fail(self, "vpc", None, f"a VPC: FSx channel(s) {fsx} are mounted over the file system's VPC")
+        if security_groups and vpc is None:
+            raise fail(self, "vpc", None, "a VPC when security_groups are given")
+
+    def _validate_emails(self, emails: Sequence[str]) -> None:
+        for address in emails:
+            if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", address):
+                raise fail(self, "notification_emails", address, "e-mail addresses such as ml-team@example.com")
+
+    # -- parts ------------------------------------------------------------------------------------------
+
+    def _job_security_groups(
+        self, vpc: ec2.IVpc | None, given: Sequence[ec2.ISecurityGroup] | None
+    ) -> list[ec2.ISecurityGroup]:
+        """The given groups, or (in a VPC) a new one: HTTPS egress and all traffic between the hosts of a job."""
+        if vpc is None or given:
+            return list(given or [])
+        group = cluster_security_group(
+            self,
+            "JobSecurityGroup",
+            vpc=vpc,
+            description=f"SageMaker jobs of {self.job_name_prefix}: HTTPS egress, all traffic between hosts",
+            https_egress="HTTPS to AWS APIs",
+            internal="NCCL between the hosts of one job",
+            internal_reason=JOB_GROUP_INTERNAL_REASON,
+        )
+        return [group]
+
+    def _job_role(
+        self,
+        construct_id: str,
+        kind: Literal["training", "processing"],
+        vpc: ec2.IVpc | None,
+        existing: iam.IRole | None = None,
+    ) -> iam.IRole:
+        role = job_role(self, construct_id, kind, vpc, existing=existing)
+        acknowledge_policy(
+            self,
+            job_policy(role),
+            f"Safe because this inline policy is created by CDK for exactly one role (the SageMaker {kind} job "
+            "role), is deleted with it and cannot be attached elsewhere; every statement is scoped to this setup",
+        )
+        return role
+
+    def _execution_role(
+        self,
+        existing: iam.IRole | None,
+        vpc: ec2.IVpc | None,
+        dataset_prefix: str,
+        output_prefix: str,
+        checkpoint_prefix: str | None,
+    ) -> iam.IRole:
+        """The training jobs' role: reads the dataset prefix, writes the output (and checkpoint) prefix, pulls."""
+        role = self._job_role("ExecutionRole", "training", vpc, existing)
+        self.storage.grant_read_datasets(role, dataset_prefix)
+        self.storage.grant_write_artifacts(role, output_prefix)
+        if checkpoint_prefix is not None:
+            self.storage.grant_read_write_checkpoints(role, checkpoint_prefix)
+        self.image.grant_pull(role)
+        return role
+
+    def _allowed_types(self, requested: Sequence[str] | None) -> tuple[str, ...]:
+        """Types an execution may pick: same local-storage kind (VolumeKmsKeyId), CUDA support, GPU count."""
+        where = path_of(self)
+        ref = lookup(self.spec.instance_type, where=where)
+        if requested is not None:
+            names = list(dict.fromkeys(requested))
+            if self.spec.instance_type not in names:
+                names.insert(0, self.spec.instance_type)
+            for name in names:
+                self.spec.validate(where, instance_type=name)
+                if lookup(name, where=where).has_local_nvme != ref.has_local_nvme:
+                    raise fail(
+                        self,
+                        "allowed_instance_types",
+                        name,
+                        "types with the same storage kind as instance_type "
+                        f"({'local NVMe' if ref.has_local_nvme else 'EBS only'}), because the volume KMS key "
+                        "is set only for EBS-only types",
+                    )
+            return tuple(names)
+        names = []
+        for it in instance_types(usage="training", nvidia_only=True):
+            if it.is_fractional_gpu or it.has_local_nvme != ref.has_local_nvme:
+                continue
+            if it.cuda is None or it.cuda.dropped_in is not None:
+                continue
+            if self.spec.problems(instance_type=it.sagemaker_name):
+                continue
+            names.append(it.sagemaker_name)
+        if self.spec.instance_type not in names:
+            names.insert(0, self.spec.instance_type)
+        return tuple(names)
+
+    def _sharding_spec(
+        self,
+        prepare: PrepareOptions,
+        channels: Sequence[Channel],
+        dataset_prefix: str,
+        vpc: ec2.IVpc | None,
+        tags: Mapping[str, str] | None,
+    ) -> ShardingJobSpec:
+        s3_channels = {c.name: c for c in channels if isinstance(c, S3Channel)}
+        names = prepare.splits or tuple(s3_channels)
+        bucket = self.storage.datasets_bucket.bucket_name
+        prefix = _as_prefix(dataset_prefix)
+        source = _as_prefix(prepare.source_prefix)
+        self.source_prefix = source
+        splits = []
+        for name in names:
+            channel = s3_channels.get(name)
+            if channel is not None:
+                dest = channel.s3_uri
+            else:
+                # FSx channels read what the file system imports from the datasets bucket.
+                dest = f"s3://{bucket}/{prefix}{DATA_VERSION_PLACEHOLDER}/{name}/"
+            splits.append(ShardSplit(name=name, source_s3_uri=f"s3://{bucket}/{source}{name}/", dest_s3_uri=dest))
+        if not splits:
+            raise fail(self, "prepare.splits", list(names), "at least one split (the S3 channel names by default)")
+        role = self._job_role("PrepareRole", "processing", vpc)
+        self.storage.grant_read_datasets(role, source)
+        self.storage.datasets_bucket.grant_put(role, f"{prefix}*")
+        self.image.grant_pull(role)
+        self.prepare_role = role
+        it = lookup(prepare.instance_type, where=path_of(self))
+        spec = ShardingJobSpec(
+            image_uri=self.image.image_uri,
+            role_arn=role.role_arn,
+            splits=tuple(splits),
+            instance_type=prepare.instance_type,
+            volume_size_gb=int(prepare.volume_size.to_gibibytes()),
+            volume_kms_key=None if it.has_local_nvme else self.storage.key.key_arn,
+            output_kms_key=self.storage.key.key_arn,
+            image_size=prepare.image_size,
+            shard_size=prepare.shard_size,
+            seed=prepare.seed,
+            command=tuple(prepare.command),
+            max_runtime=as_timedelta(prepare.max_runtime),
+            subnets=self.spec.subnets,
+            security_group_ids=self.spec.security_group_ids,
+            inter_container_encryption=self.spec.inter_container_encryption,
+            data_version=self.spec.data_version,
+            job_name_prefix=self.shard_job_name_prefix,
+            tags=dict(tags or {}),
+        )
+        problems = spec.problems()
+        if problems:
+            raise ValidationError(path_of(self), "prepare: " + "; ".join(problems))
+        return spec
+
+    def _key(self, removal_policy: RemovalPolicy) -> kms.IKey:
+        return new_key(
+            self,
+            "Key",
+            description=f"Encrypts the training state machine logs and notifications of {self.job_name_prefix}",
+            removal_policy=removal_policy,
+        )
+
+    def _state_machine(
+        self,
+        data_version: str,
+        prepare: PrepareOptions | None,
+        log_retention: logs.RetentionDays,
+        removal_policy: RemovalPolicy,
+    ) -> None:
+        log_group_name = f"/aws/vendedlogs/states/{self.job_name_prefix}"
+        self.log_group = named_log_group(
+            self, "StateMachineLogs", log_group_name, self.encryption_key, log_retention, removal_policy
+        )
+        timeout_s = seconds_of(self.spec.effective_max_wait or self.spec.max_runtime) + 3600
+        if self.sharding_spec is not None:
+            timeout_s += seconds_of(self.sharding_spec.max_runtime)
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            definition_body=sfn.DefinitionBody.from_chainable(definition(self, data_version, prepare)),
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            tracing_enabled=True,
+            timeout=Duration.seconds(timeout_s),
+            comment=f"Train on SageMaker: jobs {self.job_name_prefix}-*",
+        )
+        grant_state_machine(self, self.state_machine.role)
+        acknowledge_policy(
+            self,
+            self.state_machine.role.node.try_find_child("DefaultPolicy"),
+            "Safe because this inline policy is created by CDK for exactly one role (this state machine's), is "
+            "deleted with it and cannot be attached elsewhere; it allows only jobs with this setup's prefix",
+        )
+
+    def _monitoring(self, ref: Any, thresholds: AlarmThresholds, emails: Sequence[str]) -> None:
+        # Alarm actions and the rule targets admit CloudWatch and EventBridge on the topic and key.
+        self.topic = notification_topic(
+            self,
+            "Notifications",
+            display_name=f"GPU training {self.job_name_prefix}",
+            master_key=self.encryption_key,
+            emails=emails,
+        )
+        self.failure_rule, self.execution_failed_rule = add_failure_rules(self)
+        self.input_bound_alarm, self.idle_gpu_alarm = add_alarms(self, ref, thresholds)
+        self.dashboard = add_dashboard(self, thresholds)
+
+    def _publish_spec(self, parameter_name: str | None) -> ssm.StringParameter:
+        """The job spec for ``gpuctl``, as JSON in an SSM parameter (advanced tier when it may pass 4 KB)."""
+        stack = Stack.of(self)
+        spec_json = stack.to_json_string(self.spec.to_dict())
+        estimate = len(json.dumps(self.spec.to_dict())) + 100 * spec_json.count("${Token[")
+        return ssm.StringParameter(
+            self,
+            "JobSpec",
+            parameter_name=parameter_name or f"/{self.job_name_prefix}/job-spec",
+            string_value=spec_json,
+            description=f"Training job spec of {self.job_name_prefix}, read by gpuctl train",
+            tier=ssm.ParameterTier.STANDARD if estimate < 3800 else ssm.ParameterTier.ADVANCED,
+        )
+
+
+def _as_prefix(prefix: str) -> str:
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+def _selection_kwargs(selection: ec2.SubnetSelection | None) -> dict[str, Any]:
+    if selection is None:
+        return {}
+    return {
+        k: v
+        for k, v in {
+            "availability_zones": selection.availability_zones,
+            "one_per_az": selection.one_per_az,
+            "subnet_filters": selection.subnet_filters,
+            "subnet_group_name": selection.subnet_group_name,
+            "subnets": selection.subnets,
+            "subnet_type": selection.subnet_type,
+        }.items()
+        if v is not None
+    }

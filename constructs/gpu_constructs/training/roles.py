@@ -1,0 +1,209 @@
+"""IAM of :class:`~gpu_constructs.training.TrainingPipeline`: the SageMaker job roles and the state machine's grants,
+each scoped to the setup's job-name prefix."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+
+if TYPE_CHECKING:
+    from gpu_constructs.training.pipeline import TrainingPipeline
+
+__all__ = ["SAGEMAKER_VPC_ACTIONS", "SYNC_RULES"]
+
+TRAINING_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+PROCESSING_NAMESPACE = "/aws/sagemaker/ProcessingJobs"
+#: What SageMaker needs to place a job in a VPC (CreateTrainingJob / CreateProcessingJob with VpcConfig);
+#: the same list aws-cdk-lib's SageMaker tasks grant.
+SAGEMAKER_VPC_ACTIONS = (
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+)
+#: Managed EventBridge rules the ``.sync`` SageMaker integrations create in the account.
+SYNC_RULES = {
+    "training": "StepFunctionsGetEventsForSageMakerTrainingJobsRule",
+    "processing": "StepFunctionsGetEventsForSageMakerProcessingJobsRule",
+}
+PASSED_TO_SAGEMAKER = {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+JobKind = Literal["Training", "Processing"]
+
+
+def job_actions(kind: JobKind) -> list[str]:
+    """Create, describe and stop jobs of ``kind``, and tag them (what a ``.sync`` task and ``gpuctl`` call)."""
+    return [
+        f"sagemaker:Create{kind}Job",
+        f"sagemaker:Describe{kind}Job",
+        f"sagemaker:Stop{kind}Job",
+        "sagemaker:AddTags",
+        "sagemaker:ListTags",
+    ]
+
+
+def job_arn(scope: TrainingPipeline, kind: str, prefix: str) -> str:
+    """``arn:...:sagemaker:<region>:<account>:<kind>/<prefix>-*``."""
+    return Stack.of(scope).format_arn(service="sagemaker", resource=kind, resource_name=f"{prefix}-*")
+
+
+def log_group_arn(stack: Stack, name: str) -> str:
+    return stack.format_arn(
+        service="logs", resource="log-group", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+    )
+
+
+def job_role(
+    pipeline: TrainingPipeline,
+    construct_id: str,
+    kind: Literal["training", "processing"],
+    vpc: ec2.IVpc | None,
+    *,
+    existing: iam.IRole | None = None,
+) -> iam.IRole:
+    """A SageMaker job role (``existing`` or a new one) with logs, metrics and (in a VPC) network-interface
+    permissions."""
+    stack = Stack.of(pipeline)
+    namespace = TRAINING_NAMESPACE if kind == "training" else PROCESSING_NAMESPACE
+    role = existing or iam.Role(
+        pipeline,
+        construct_id,
+        assumed_by=iam.ServicePrincipal(
+            "sagemaker.amazonaws.com",
+            conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
+        ),
+        description=f"SageMaker {kind} jobs {pipeline.job_name_prefix}-*",
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="JobLogs",
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resources=[log_group_arn(stack, namespace), log_group_arn(stack, f"{namespace}:*")],
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="JobMetrics",
+            actions=["cloudwatch:PutMetricData"],
+            resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": namespace}},
+        )
+    )
+    # Encrypted volumes and outputs (the same actions the bucket grants use, plus DescribeKey).
+    key = pipeline.storage.key
+    key.grant(role, "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*", "kms:DescribeKey")
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="VolumeEncryption",
+            actions=["kms:CreateGrant"],
+            resources=[key.key_arn],
+            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+        )
+    )
+    if vpc is not None:
+        _grant_vpc_jobs(role, stack, vpc)
+    return role
+
+
+def _grant_vpc_jobs(role: iam.IRole, stack: Stack, vpc: ec2.IVpc) -> None:
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="DescribeNetwork",
+            actions=[a for a in SAGEMAKER_VPC_ACTIONS if ":Describe" in a],
+            resources=["*"],
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="JobNetworkInterfaces",
+            actions=[a for a in SAGEMAKER_VPC_ACTIONS if ":Describe" not in a],
+            resources=[
+                stack.format_arn(service="ec2", resource="network-interface", resource_name="*"),
+                stack.format_arn(service="ec2", resource="subnet", resource_name="*"),
+                stack.format_arn(service="ec2", resource="security-group", resource_name="*"),
+            ],
+            conditions={
+                "ArnEqualsIfExists": {
+                    "ec2:Vpc": stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+                }
+            },
+        )
+    )
+
+
+def job_policy(role: iam.IRole) -> iam.Policy | None:
+    """A new role's DefaultPolicy, or the Policy the CDK attaches to an imported (mutable) role."""
+    return role.node.try_find_child("DefaultPolicy") or role.node.try_find_child("Policy")  # type: ignore[return-value]
+
+
+def grant_state_machine(pipeline: TrainingPipeline, role: iam.IRole) -> None:
+    """The state machine's role: jobs with the setup's prefixes, pass only the job roles, the ``.sync`` rules."""
+    stack = Stack.of(pipeline)
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="TrainingJobsWithThePrefix",
+            actions=job_actions("Training"),
+            resources=[job_arn(pipeline, "training-job", pipeline.job_name_prefix)],
+        )
+    )
+    pass_roles = [pipeline.role.role_arn]
+    rules = [SYNC_RULES["training"]]
+    if pipeline.prepare_role is not None:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ShardingJobsWithThePrefix",
+                actions=job_actions("Processing"),
+                resources=[job_arn(pipeline, "processing-job", pipeline.shard_job_name_prefix)],
+            )
+        )
+        pass_roles.append(pipeline.prepare_role.role_arn)
+        rules.append(SYNC_RULES["processing"])
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="PassOnlyTheJobRoles",
+            actions=["iam:PassRole"],
+            resources=pass_roles,
+            conditions=PASSED_TO_SAGEMAKER,
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="SyncIntegrationManagedRules",
+            actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+            resources=[stack.format_arn(service="events", resource="rule", resource_name=r) for r in rules],
+        )
+    )
+
+
+def grant_run_jobs(pipeline: TrainingPipeline, grantee: iam.IGrantable) -> iam.Grant:
+    """What ``gpuctl train/status/logs/stop`` need (see :meth:`TrainingPipeline.grant_run_jobs`)."""
+    stack = Stack.of(pipeline)
+    pipeline.spec_parameter.grant_read(grantee)
+    iam.Grant.add_to_principal(
+        grantee=grantee, actions=["cloudformation:DescribeStacks"], resource_arns=[stack.stack_id]
+    )
+    iam.Grant.add_to_principal(grantee=grantee, actions=["sagemaker:ListTrainingJobs"], resource_arns=["*"])
+    grant = iam.Grant.add_to_principal(
+        grantee=grantee,
+        actions=job_actions("Training"),
+        resource_arns=[job_arn(pipeline, "training-job", pipeline.job_name_prefix)],
+    )
+    iam.Grant.add_to_principal(
+        grantee=grantee,
+        actions=["iam:PassRole"],
+        resource_arns=[pipeline.role.role_arn],
+        conditions=PASSED_TO_SAGEMAKER,
+    )
+    iam.Grant.add_to_principal(
+        grantee=grantee,
+        actions=["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
+        resource_arns=[log_group_arn(stack, f"{TRAINING_NAMESPACE}:*")],
+    )
+    return grant

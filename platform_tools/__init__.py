@@ -1,0 +1,7 @@
+"""Tools that read the platform's cloud assembly or its config model; none of them is a stack.
+
+- :mod:`platform_tools.summary`: each stack's resource count and the cdk-nag verdict (``make synth``).
+- :mod:`platform_tools.diagram`: the architecture diagram, ``docs/architecture.png`` (``make diagram``).
+- :mod:`platform_tools.config_reference`: ``docs/config-reference.md`` from the config model
+  (``make config-reference``).
+"""

@@ -1,0 +1,212 @@
+"""The ``fleets`` section: EC2 GPU fleets on Deep Learning AMIs and GPU notebook instances.
+
+The rules of a fleet and a notebook live in the library's value types (``gpu_constructs.fleet.options``:
+``FleetCapacity``, ``FleetSpotOptions``, ``FleetVolumes``, ``FleetAlarmThresholds``; ``DlamiImage``;
+``gpu_constructs.notebook_options``); the models here build and check them, naming the config keys, and
+keep only what is about the file (keys, types, names, prefixes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gpu_constructs.fleet.options import (
+    FleetAlarmThresholds,
+    FleetCapacity,
+    FleetSpotOptions,
+    FleetVolumes,
+    SpotAllocationStrategy,
+    check_efa,
+)
+from gpu_constructs.notebook_options import check_package_key, check_volume_size
+from stacks.config._base import Allowed, EmailList, Retention, S3KeyPrefix, StrictModel, duplicates
+
+if TYPE_CHECKING:
+    from gpu_constructs.dlami import DlamiImage
+
+
+_NAME = r"^[a-z][a-z0-9-]{0,30}$"
+_NAME_ALLOWED = "must match [a-z][a-z0-9-]{{0,30}} (part of the {})"
+#: A fleet name: the auto scaling group is ``<resource_prefix>-<name>``.
+FleetName = Annotated[str, Field(pattern=_NAME), Allowed(message=_NAME_ALLOWED.format("auto scaling group name"))]
+#: A notebook name: the notebook instance is ``<resource_prefix>-<name>``.
+NotebookName = Annotated[str, Field(pattern=_NAME), Allowed(message=_NAME_ALLOWED.format("notebook instance name"))]
+
+
+class DlamiConfig(StrictModel):
+    """The Deep Learning AMI of a fleet: the latest image of a flavour (public SSM parameter) or pinned ids."""
+
+    framework: Literal["base", "pytorch"] = Field(
+        "base", description="base: driver, CUDA, EFA, NCCL; pytorch: adds PyTorch in /opt/pytorch"
+    )
+    os: Literal["ubuntu-22.04", "ubuntu-24.04", "amazon-linux-2023"] = Field(
+        "ubuntu-22.04", description="Operating system of the DLAMI"
+    )
+    pytorch_version: str | None = Field(
+        None, description="framework pytorch: the PyTorch line, MAJOR.MINOR (e.g. '2.9'); null for base"
+    )
+    ami_ids: dict[str, str] | None = Field(
+        None,
+        description="Pin: region -> AMI id (a reviewed change replaces instances); null = latest from SSM",
+    )
+    driver: Literal["oss", "proprietary"] = Field(
+        "oss", description="NVIDIA kernel modules of the image; proprietary only for a pinned AMI"
+    )
+    driver_branch: int | None = Field(None, description="NVIDIA driver branch of a pinned AMI, e.g. 580")
+    cuda_version: str | None = Field(None, description="CUDA version the workload uses, e.g. '12.8' (checked)")
+
+    def image(self, cpu_arch: Literal["x86_64", "arm64"]) -> DlamiImage:
+        """The ``gpu_constructs.dlami.DlamiImage`` of this config for ``cpu_arch``."""
+        from gpu_constructs.dlami import DlamiImage
+
+        return DlamiImage(cpu_arch=cpu_arch, **self.model_dump())  # the same keys
+
+    @model_validator(mode="after")
+    def _valid_image(self) -> DlamiConfig:
+        self.image("x86_64")  # raises gpu_constructs.ValidationError (a ValueError) naming the bad field
+        return self
+
+
+class FleetSpotConfig(StrictModel):
+    """A spot mix: the group's type plus compatible GPU types, spot above an on-demand base."""
+
+    instance_types: tuple[str, ...] = Field(
+        (), description="Further EC2 GPU types (same GPU count and CPU architecture as instance_type)"
+    )
+    on_demand_base_capacity: int = Field(0, description="Instances always launched on demand")
+    on_demand_percentage_above_base: int = Field(0, description="Percent on demand above the base (0-100)")
+    allocation_strategy: SpotAllocationStrategy = Field(
+        "price-capacity-optimized", description="Spot allocation strategy"
+    )
+
+    def options(self) -> FleetSpotOptions:
+        """The library's value type (checked with the fleet's instance type in :class:`FleetGroupConfig`)."""
+        return FleetSpotOptions(**self.model_dump())  # the same keys
+
+
+class FleetGroupConfig(StrictModel):
+    """One EC2 GPU fleet (auto scaling group <resource_prefix>-<name>) on a Deep Learning AMI."""
+
+    name: FleetName = Field(description="Fleet name, [a-z][a-z0-9-]{0,30}; the group is <resource_prefix>-<name>")
+    instance_type: str = Field(description="EC2 NVIDIA GPU type from the catalog, no 'ml.' prefix (e.g. g5.xlarge)")
+    min_capacity: int = Field(0, description="Minimum instances (0: no idle GPU cost)")
+    max_capacity: int = Field(1, description="Maximum instances (1 or more)")
+    desired_capacity: int | None = Field(None, description="Initial instances (null: min_capacity)")
+    image: DlamiConfig = Field(default_factory=lambda: DlamiConfig(), description="The Deep Learning AMI")
+    spot: FleetSpotConfig | None = Field(None, description="Spot mix with capacity rebalancing (null: on demand)")
+    efa: bool = Field(False, description="One EFA interface per network card (EFA types only)")
+    placement_group: bool = Field(False, description="Cluster placement group in one AZ")
+    availability_zone: str | None = Field(None, description="AZ of a placement-group fleet (default: the first)")
+    root_volume_gib: int = Field(200, description="gp3 root volume, GiB (100-16384), KMS-encrypted")
+    data_volume_gib: int | None = Field(None, description="Extra gp3 data volume mounted at /data, GiB (null: none)")
+    mount_lustre: bool = Field(True, description="Mount the FSx for Lustre file system when file_systems has one")
+    datasets_prefix: S3KeyPrefix = Field("", description="Datasets-bucket prefix the instances may read ('' = all)")
+    artifacts_prefix: S3KeyPrefix = Field("output/", description="Artifacts-bucket prefix the instances may write")
+    idle_gpu_pct: float = Field(5, description="Idle alarm: average GPU utilization of the group below this")
+    idle_minutes: int = Field(60, description="... for this long (a multiple of 5, up to 1440)")
+    max_gpu_temperature_c: float = Field(85, description="Temperature alarm threshold, degrees Celsius")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance(cls, value: str) -> str:
+        from gpu_constructs.catalog import require_nvidia_gpu
+
+        require_nvidia_gpu(value, where="fleets.groups[].instance_type", usage="ec2")
+        return value
+
+    def dlami_image(self) -> DlamiImage:
+        """The fleet's Deep Learning AMI, for the CPU architecture of its instance type."""
+        from gpu_constructs.catalog import lookup
+
+        return self.image.image(lookup(self.instance_type).cpu_arch)
+
+    def capacity(self) -> FleetCapacity:
+        return FleetCapacity(self.min_capacity, self.max_capacity, self.desired_capacity)
+
+    def volumes(self) -> FleetVolumes:
+        return FleetVolumes(self.root_volume_gib, self.data_volume_gib)
+
+    def alarm_thresholds(self) -> FleetAlarmThresholds:
+        return FleetAlarmThresholds(self.idle_gpu_pct, self.idle_minutes, self.max_gpu_temperature_c)
+
+    @model_validator(mode="after")
+    def _rules(self) -> FleetGroupConfig:
+        """The library's rules of a fleet, naming this group's keys."""
+        where = f"fleets.groups[{self.name}]"
+        self.capacity().check(where)
+        image = self.dlami_image()
+        instance = image.check_instance_type(self.instance_type, where=where)
+        spot_types = self.spot.options().check(where, instance, image) if self.spot else ()
+        if self.efa:
+            check_efa(where, instance, spot_types)
+        self.volumes().check(where, unit="", names=("root_volume_gib", "data_volume_gib"))
+        self.alarm_thresholds().check(where, names=("idle_gpu_pct", "idle_minutes", "max_gpu_temperature_c"))
+        if self.availability_zone is not None and not self.placement_group:
+            raise ValueError("availability_zone is set but placement_group is false; allowed: null")
+        return self
+
+
+class NotebookConfig(StrictModel):
+    """One SageMaker notebook instance (<resource_prefix>-<name>) on a GPU type, checked at every start."""
+
+    name: NotebookName = Field(
+        description="Notebook name, [a-z][a-z0-9-]{0,30}; the instance is <resource_prefix>-<name>"
+    )
+    instance_type: str = Field("ml.g5.xlarge", description="SageMaker notebook type with the 'ml.' prefix")
+    gpu: bool = Field(True, description="Require an NVIDIA GPU (a CPU type is then an error naming GPU types)")
+    volume_gib: int = Field(50, description="ML storage volume, GiB (5-16384), KMS-encrypted")
+    gpuctl_package_key: str | None = Field(
+        None,
+        description=(
+            "Optional override: artifacts-bucket key of a wheel providing gpuctl that the start script installs "
+            "instead of the platform's own (null: the stack ships the platform's wheel as an S3 asset; nothing "
+            "to upload)"
+        ),
+    )
+    mount_lustre: bool = Field(False, description="Mount the FSx for Lustre file system at start")
+    datasets_prefix: S3KeyPrefix = Field("", description="Datasets-bucket prefix the notebook may read ('' = all)")
+    artifacts_prefix: S3KeyPrefix = Field("notebooks/", description="Artifacts-bucket prefix the notebook may write")
+
+    @model_validator(mode="after")
+    def _instance(self) -> NotebookConfig:
+        from gpu_constructs.catalog import lookup, require_nvidia_gpu
+
+        where = f"fleets.notebooks[{self.name}]"
+        check_volume_size(where, self.volume_gib, "volume_gib")
+        if self.gpuctl_package_key is not None:
+            check_package_key(where, self.gpuctl_package_key, "gpuctl_package_key")
+        where = f"{where}.instance_type"
+        if self.gpu:
+            require_nvidia_gpu(self.instance_type, where=where, usage="notebook")
+        elif not self.instance_type.startswith("ml.") or not lookup(self.instance_type, where=where).valid_for(
+            "notebook"
+        ):
+            raise ValueError(f"instance_type: {self.instance_type!r}; allowed: an ml.* SageMaker notebook type")
+        if not self.artifacts_prefix:
+            raise ValueError("artifacts_prefix: ''; allowed: a non-empty prefix such as 'notebooks/'")
+        return self
+
+
+class FleetsConfig(StrictModel):
+    """EC2 GPU fleets on Deep Learning AMIs and GPU notebook instances (fleets stack)."""
+
+    groups: tuple[FleetGroupConfig, ...] = Field((), description="EC2 GPU fleets (auto scaling groups)")
+    notebooks: tuple[NotebookConfig, ...] = Field((), description="SageMaker GPU notebook instances")
+    log_retention_days: Retention = Field(30, description="Retention of the fleets' boot and kernel logs")
+    notification_emails: EmailList = Field(
+        (), description="E-mail addresses subscribed to the fleets' scaling notifications and alarms"
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetsConfig:
+        names = [g.name for g in self.groups] + [n.name for n in self.notebooks]
+        dupes = duplicates(names)
+        if dupes:
+            raise ValueError(f"names {dupes} are used more than once; allowed: one fleet or notebook per name")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.groups or self.notebooks)

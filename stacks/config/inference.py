@@ -1,0 +1,464 @@
+"""The ``inference`` section: SageMaker GPU endpoints.
+
+Each sub-section builds the library's value type for the stack (``batching()``, ``capture()``,
+``async_inference()``, ``blue_green()``, ``thresholds()``, ``target_tracking()``, ``schedule()``): the stack
+passes them through and only adds what comes from other stacks (buckets, topics). Nothing here imports aws_cdk
+at load time; the builders import it when called.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gpu_constructs.endpoint.base import (
+    MAX_BAKE_S,
+    MAX_EXECUTION_TIMEOUT_S,
+    MIN_EXECUTION_TIMEOUT_S,
+    STEP_PERCENT_RANGE,
+    TIMEOUT_RANGE_S,
+    VOLUME_SIZE_RANGE_GB,
+    SettingError,
+)
+from stacks.config._base import Allowed, StrictModel
+
+if TYPE_CHECKING:
+    from gpu_constructs.endpoint.alarms import EndpointAlarms
+    from gpu_constructs.endpoint.batching import Batching, BatchingEnv
+    from gpu_constructs.endpoint.capacity import OffHoursSchedule
+    from gpu_constructs.endpoint.capture import AsyncInference, DataCapture
+    from gpu_constructs.endpoint.deployment import BlueGreenDeployment
+    from gpu_constructs.endpoint.scaling import EndpointAutoscaling
+
+#: The model download and container start-up limits, in seconds (the library's range).
+TimeoutSeconds = Annotated[int, Field(ge=TIMEOUT_RANGE_S[0], le=TIMEOUT_RANGE_S[1]), Allowed("seconds")]
+
+#: A bake time or termination wait of a deployment, in minutes (the library's limit is in seconds).
+BakeMinutes = Annotated[int, Field(ge=0, le=MAX_BAKE_S // 60), Allowed("minutes")]
+#: A deployment's time limit, in minutes.
+ExecutionMinutes = Annotated[
+    int | None, Field(ge=MIN_EXECUTION_TIMEOUT_S // 60, le=MAX_EXECUTION_TIMEOUT_S // 60), Allowed("minutes")
+]
+#: A scaling cooldown, in seconds.
+CooldownSeconds = Annotated[int, Field(ge=0, le=3600), Allowed("seconds")]
+
+_ENDPOINT_KEY = re.compile(r"[a-z0-9](-?[a-z0-9]){0,29}")
+_S3_MODEL_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/\S+\.tar\.gz")
+
+
+@contextmanager
+def library_rules(section: str = "", keys: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Turn a rule of the library's value types that failed into this section's error.
+
+    The library's message (``<setting>=<value> is not allowed; allowed: ...``) names its setting; ``keys`` maps
+    it to the config's key where they differ, ``section`` is the part of it the error's location already names.
+    """
+    try:
+        yield
+    except SettingError as exc:
+        name = (keys or {}).get(exc.setting, exc.setting)
+        raise ValueError(exc.detail.replace(exc.setting, name, 1).removeprefix(section)) from None
+
+
+class EndpointBatchingConfig(StrictModel):
+    """Dynamic batching of the inference server (environment variables of the model)."""
+
+    max_batch_size: int = Field(32, description="Most rows per forward pass (1-4096; 1 turns batching off)")
+    max_batch_delay_ms: int = Field(5, description="Longest wait for a batch to fill, milliseconds (0-10000)")
+
+    @model_validator(mode="after")
+    def _rules(self) -> EndpointBatchingConfig:
+        from gpu_constructs.endpoint.batching import GPU_SERVE_BATCHING_ENV
+
+        with library_rules(section="batching."):
+            self.batching(GPU_SERVE_BATCHING_ENV).validate("")
+        return self
+
+    def batching(self, env: BatchingEnv) -> Batching:
+        """The library's :class:`~gpu_constructs.endpoint.Batching`; ``env``: the variables the image reads."""
+        from gpu_constructs.endpoint.batching import Batching
+
+        return Batching(max_batch_size=self.max_batch_size, max_batch_delay_ms=self.max_batch_delay_ms, env=env)
+
+
+class EndpointDataCaptureConfig(StrictModel):
+    """Capture of requests and responses to s3://<artifacts>/data-capture/<endpoint>/ (KMS)."""
+
+    sampling_percentage: int = Field(100, description="Share of requests captured, 0-100")
+    capture_input: bool = Field(True, description="Capture request bodies")
+    capture_output: bool = Field(True, description="Capture response bodies")
+    json_content_types: tuple[str, ...] = Field(
+        ("application/json",),
+        description="Content types captured as text instead of base64, e.g. application/jsonlines ([]: all base64)",
+    )
+
+    @field_validator("sampling_percentage")
+    @classmethod
+    def _pct(cls, value: int) -> int:
+        if not 0 <= value <= 100:
+            raise ValueError("allowed: 0..100")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> EndpointDataCaptureConfig:
+        if not (self.capture_input or self.capture_output):
+            raise ValueError("capture_input and capture_output are both false; allowed: at least one true")
+        return self
+
+    def capture(self) -> DataCapture:
+        """The library's :class:`~gpu_constructs.endpoint.DataCapture`, without its bucket (the stack's)."""
+        from gpu_constructs.endpoint.capture import DataCapture
+
+        return DataCapture(
+            sampling_percentage=self.sampling_percentage,
+            capture_input=self.capture_input,
+            capture_output=self.capture_output,
+            json_content_types=self.json_content_types,
+        )
+
+
+class EndpointAsyncConfig(StrictModel):
+    """Asynchronous inference: requests and responses in s3://<artifacts>/async/<endpoint>/, SNS notices."""
+
+    max_concurrent_invocations_per_instance: int | None = Field(
+        None, description="Requests sent to one container at once, 1-1000 (null: SageMaker chooses)"
+    )
+    notifications: bool = Field(True, description="Create success and error SNS topics (KMS-encrypted)")
+    include_response_in_notifications: bool = Field(
+        False, description="Put responses up to 128 KB into the notifications"
+    )
+
+    @field_validator("max_concurrent_invocations_per_instance")
+    @classmethod
+    def _concurrency(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 1000:
+            raise ValueError("allowed: null or 1..1000")
+        return value
+
+    @model_validator(mode="after")
+    def _response(self) -> EndpointAsyncConfig:
+        if self.include_response_in_notifications and not self.notifications:
+            raise ValueError(
+                "include_response_in_notifications: true needs notifications: true (the topics carry the response)"
+            )
+        return self
+
+    def async_inference(self) -> AsyncInference:
+        """The library's :class:`~gpu_constructs.endpoint.AsyncInference`, without bucket and topics (the stack's)."""
+        from gpu_constructs.endpoint.capture import AsyncInference
+
+        return AsyncInference(
+            include_response_in_notifications=self.include_response_in_notifications,
+            max_concurrent_invocations_per_instance=self.max_concurrent_invocations_per_instance,
+        )
+
+
+class EndpointDeploymentConfig(StrictModel):
+    """Blue/green deployment of a change (new model, image or instance type) with automatic rollback."""
+
+    traffic: Literal["all_at_once", "canary", "linear"] = Field(
+        "all_at_once", description="How traffic moves to the new fleet: all_at_once, canary or linear"
+    )
+    step_percent: int | None = Field(
+        None, description="canary: canary size 1-50 % (default 10); linear: step 10-50 % (default 25)"
+    )
+    wait_minutes: BakeMinutes = Field(5, description="Bake time after each shift, minutes (0-60); alarms are watched")
+    termination_wait_minutes: BakeMinutes = Field(0, description="Keep the old fleet this long after the shift (0-60)")
+    max_execution_timeout_minutes: ExecutionMinutes = Field(
+        None, description="Deployment time limit, minutes (10-480; default: bake times + model start-up + 10)"
+    )
+    auto_rollback: bool = Field(True, description="Roll back when a rollback alarm fires during the deployment")
+
+    @model_validator(mode="after")
+    def _step(self) -> EndpointDeploymentConfig:
+        step = self.step_percent
+        if self.traffic == "all_at_once" and step is not None:
+            raise ValueError(f"step_percent: {step} is not used by traffic 'all_at_once'; allowed: null")
+        if step is not None and self.traffic != "all_at_once":
+            low, high = STEP_PERCENT_RANGE[self.traffic.upper()]
+            what = "canary size" if self.traffic == "canary" else "linear step"
+            if not low <= step <= high:
+                raise ValueError(f"step_percent: {step} is not a {what}; allowed: {low}..{high} (% of capacity)")
+        return self
+
+    @property
+    def step(self) -> int | None:
+        if self.traffic == "all_at_once":
+            return None
+        return self.step_percent or (10 if self.traffic == "canary" else 25)
+
+    def blue_green(self) -> BlueGreenDeployment:
+        """The library's :class:`~gpu_constructs.endpoint.BlueGreenDeployment` of these settings."""
+        from aws_cdk import Duration
+
+        from gpu_constructs.endpoint.deployment import BlueGreenDeployment
+
+        timeout = self.max_execution_timeout_minutes
+        return BlueGreenDeployment(
+            traffic=self.traffic.upper(),  # type: ignore[arg-type]
+            step_percent=self.step,
+            wait_interval=Duration.minutes(self.wait_minutes),
+            termination_wait=Duration.minutes(self.termination_wait_minutes),
+            max_execution_timeout=Duration.minutes(timeout) if timeout else None,
+            auto_rollback=self.auto_rollback,
+        )
+
+
+class EndpointAlarmsConfig(StrictModel):
+    """Alarm thresholds: they notify the alarm topic and roll deployments back."""
+
+    max_5xx_percent: float = Field(1.0, description="5xx responses, % of invocations (0-100]")
+    max_model_latency_p99_ms: float = Field(1000, description="ModelLatency p99, milliseconds (> 0)")
+    max_gpu_memory_percent: float = Field(90, description="GPU memory used, % per GPU (0-100]")
+    evaluation_periods: int = Field(3, description="One-minute periods evaluated (1-60)")
+    datapoints_to_alarm: int = Field(2, description="Breaching periods among them that fire the alarm")
+
+    @field_validator("max_5xx_percent", "max_gpu_memory_percent")
+    @classmethod
+    def _pct(cls, value: float) -> float:
+        if not 0 < value <= 100:
+            raise ValueError("allowed: a percentage in (0, 100]")
+        return value
+
+    @field_validator("max_model_latency_p99_ms")
+    @classmethod
+    def _latency(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("allowed: a positive number of milliseconds")
+        return value
+
+    @model_validator(mode="after")
+    def _periods(self) -> EndpointAlarmsConfig:
+        if not 1 <= self.evaluation_periods <= 60:
+            raise ValueError(f"evaluation_periods: {self.evaluation_periods} is not allowed; allowed: 1..60")
+        if not 1 <= self.datapoints_to_alarm <= self.evaluation_periods:
+            raise ValueError(
+                f"datapoints_to_alarm: {self.datapoints_to_alarm} is not allowed; "
+                f"allowed: 1..evaluation_periods ({self.evaluation_periods})"
+            )
+        return self
+
+    def thresholds(self) -> EndpointAlarms:
+        """The library's :class:`~gpu_constructs.endpoint.EndpointAlarms` of these settings."""
+        from aws_cdk import Duration
+
+        from gpu_constructs.endpoint.alarms import EndpointAlarms
+
+        return EndpointAlarms(
+            max_5xx_percent=self.max_5xx_percent,
+            max_model_latency_p99=Duration.millis(self.max_model_latency_p99_ms),
+            max_gpu_memory_percent=self.max_gpu_memory_percent,
+            evaluation_periods=self.evaluation_periods,
+            datapoints_to_alarm=self.datapoints_to_alarm,
+        )
+
+
+class EndpointAutoscalingConfig(StrictModel):
+    """Target tracking on the variant's instance count."""
+
+    metric: Literal["invocations_per_instance", "gpu_utilization", "backlog_per_instance"] = Field(
+        description="invocations_per_instance (per minute), gpu_utilization (% per GPU) or backlog_per_instance "
+        "(async endpoints)"
+    )
+    target: float = Field(description="Target value of the metric (> 0; at most 100 for gpu_utilization)")
+    min_capacity: int = Field(description="Fewest instances (0 only for async endpoints: scale to zero)")
+    max_capacity: int = Field(description="Most instances (>= min_capacity)")
+    scale_in_cooldown_seconds: CooldownSeconds = Field(300, description="Wait after a scale-in, seconds (0-3600)")
+    scale_out_cooldown_seconds: CooldownSeconds = Field(60, description="Wait after a scale-out, seconds (0-3600)")
+
+    def target_tracking(self) -> EndpointAutoscaling:
+        """The library's :class:`~gpu_constructs.endpoint.EndpointAutoscaling` of these settings."""
+        from aws_cdk import Duration
+
+        from gpu_constructs.endpoint.scaling import EndpointAutoscaling
+
+        return EndpointAutoscaling(
+            metric=self.metric,
+            target=self.target,
+            min_capacity=self.min_capacity,
+            max_capacity=self.max_capacity,
+            scale_in_cooldown=Duration.seconds(self.scale_in_cooldown_seconds),
+            scale_out_cooldown=Duration.seconds(self.scale_out_cooldown_seconds),
+        )
+
+
+class EndpointOffHoursConfig(StrictModel):
+    """Scale the endpoint down outside working hours (scheduled actions)."""
+
+    time_zone: str = Field("UTC", description="IANA time zone of the hours, e.g. Europe/Berlin")
+    start_hour: int = Field(7, description="Working hours start (0-23): capacity returns to normal")
+    end_hour: int = Field(19, description="Working hours end (0-23): capacity drops to `capacity`")
+    week_days: str = Field("MON-FRI", description="Working days, cron day-of-week (MON-FRI, MON,WED,FRI)")
+    capacity: int = Field(1, description="Instances outside working hours (0 only for async endpoints)")
+
+    def schedule(self) -> OffHoursSchedule:
+        """The library's :class:`~gpu_constructs.endpoint.OffHoursSchedule` of these settings."""
+        from gpu_constructs.endpoint.capacity import OffHoursSchedule
+
+        return OffHoursSchedule(
+            start_hour=self.start_hour,
+            end_hour=self.end_hour,
+            week_days=self.week_days,
+            time_zone=self.time_zone,
+            off_hours_capacity=self.capacity,
+        )
+
+
+class EndpointConfig(StrictModel):
+    """One SageMaker endpoint (inference stack), named <resource_prefix>-<key>."""
+
+    model_data: str = Field(
+        description="The model.tar.gz: a key in the artifacts bucket (models/<name>/<version>/model.tar.gz), an "
+        "s3://bucket/key.tar.gz URI, or ssm:<parameter name> (the URI stored there, read at each deploy)"
+    )
+    model_data_prefix: str = Field(
+        "output/", description="ssm: model_data only: the artifacts-bucket prefix the parameter's URIs are under"
+    )
+    instance_type: str = Field("ml.g5.xlarge", description="ml.* hosting type from the GPU catalog")
+    cpu_variant: bool = Field(False, description="Declare a CPU-only variant (then a CPU type is allowed)")
+    instance_count: int = Field(1, description="Initial instances (>= 1; production: 2+ to survive an AZ outage)")
+    volume_size_gb: int | None = Field(
+        None, description="EBS ML storage volume, GB (1-512), only for types without local NVMe"
+    )
+    model_download_timeout_seconds: TimeoutSeconds = Field(
+        1200, description="Model download and extract limit (60-3600 s)"
+    )
+    startup_health_check_timeout_seconds: TimeoutSeconds = Field(
+        600, description="Container start-up /ping limit (60-3600 s)"
+    )
+    network_isolation: bool = Field(True, description="No network access for the container")
+    batching: EndpointBatchingConfig | None = Field(
+        None,
+        description="Server batching (null: the image's own: gpu_serve 32 rows / 5 ms; the PyTorch DLC "
+        "batches nothing, and refuses max_batch_size > 1: its TorchServe handler fails a whole batch on one "
+        "bad request)",
+    )
+    environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment variables")
+    data_capture: EndpointDataCaptureConfig | None = Field(None, description="Request/response capture (null: off)")
+    async_inference: EndpointAsyncConfig | None = Field(None, description="Asynchronous endpoint (null: real-time)")
+    deployment: EndpointDeploymentConfig = Field(default_factory=lambda: EndpointDeploymentConfig())
+    alarms: EndpointAlarmsConfig = Field(default_factory=lambda: EndpointAlarmsConfig())
+    autoscaling: EndpointAutoscalingConfig | None = Field(None, description="Target tracking (null: fixed count)")
+    off_hours: EndpointOffHoursConfig | None = Field(None, description="Scale down outside working hours")
+
+    @field_validator("model_data")
+    @classmethod
+    def _model_data(cls, value: str) -> str:
+        if value.startswith("ssm:"):
+            name = value[4:]
+            if not re.fullmatch(r"/?[a-zA-Z0-9_.\-/]{1,2047}", name):
+                raise ValueError("allowed: ssm:<parameter name>, e.g. ssm:/gpu-prod/models/classifier/latest")
+            return value
+        if value.startswith("s3://"):
+            if not _S3_MODEL_URI.fullmatch(value):
+                raise ValueError("allowed: s3://<bucket>/<key>.tar.gz")
+            return value
+        if value.startswith("/") or ".." in value or not value.endswith(".tar.gz"):
+            raise ValueError(
+                "allowed: a relative key of the artifacts bucket ending in .tar.gz, e.g. "
+                "models/classifier/v3/model.tar.gz; or s3://bucket/key.tar.gz; or ssm:<parameter>"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+            raise ValueError("allowed: S3 key characters A-Z a-z 0-9 !_.*'()/=-")
+        return value
+
+    @field_validator("instance_count")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("allowed: 1 or more")
+        return value
+
+    @model_validator(mode="after")
+    def _environment(self) -> EndpointConfig:
+        from gpu_constructs.endpoint.batching import GPU_SERVE_BATCHING_ENV, check_environment
+
+        batching = self.batching.batching(GPU_SERVE_BATCHING_ENV) if self.batching else None
+        with library_rules():
+            check_environment("", self.environment, batching)
+        return self
+
+    @model_validator(mode="after")
+    def _consistency(self) -> EndpointConfig:
+        from gpu_constructs.catalog import lookup, require_nvidia_gpu
+        from gpu_constructs.endpoint.capacity import check_target_tracking
+
+        if self.cpu_variant:
+            it = lookup(self.instance_type, where="instance_type")
+            if self.instance_type != it.sagemaker_name or not it.valid_for("hosting"):
+                raise ValueError(
+                    f"instance_type: {self.instance_type!r} is not a SageMaker hosting type; "
+                    f"allowed: an ml.* type valid for hosting such as {it.sagemaker_name!r}"
+                )
+        else:
+            it = require_nvidia_gpu(self.instance_type, where="instance_type", usage="hosting")
+        if self.volume_size_gb is not None:
+            if it.has_local_nvme:
+                raise ValueError(
+                    f"volume_size_gb: {self.volume_size_gb} is not allowed for {self.instance_type} (it has "
+                    f"{it.local_nvme_gb} GB of local NVMe that SageMaker uses instead); allowed: null"
+                )
+            low, high = VOLUME_SIZE_RANGE_GB
+            if not low <= self.volume_size_gb <= high:
+                raise ValueError(f"volume_size_gb: {self.volume_size_gb} is not allowed; allowed: {low}..{high}")
+        is_async = self.async_inference is not None
+        scaling = self.autoscaling
+        if scaling is not None:
+            with library_rules(keys={"initial_instance_count": "instance_count"}):
+                check_target_tracking(
+                    "",
+                    scaling.metric,
+                    scaling.target,
+                    scaling.min_capacity,
+                    scaling.max_capacity,
+                    is_async=is_async,
+                    cpu_variant=self.cpu_variant,
+                    initial_instance_count=self.instance_count,
+                )
+        step = self.deployment.step
+        if step is not None and self.instance_count < 2:
+            raise ValueError(
+                f"deployment.traffic: {self.deployment.traffic!r} needs instance_count >= 2 (a {step} % step "
+                "cannot be carved out of one instance); allowed: all_at_once for a single instance"
+            )
+        if self.off_hours is not None:
+            high = scaling.max_capacity if scaling else self.instance_count
+            with library_rules(keys={"off_hours.off_hours_capacity": "off_hours.capacity"}):
+                self.off_hours.schedule().validate("", is_async=is_async, max_capacity=high)
+        return self
+
+
+class InferenceConfig(StrictModel):
+    """SageMaker GPU endpoints (inference stack)."""
+
+    enabled: bool = Field(False, description="Create the inference stack")
+    alarm_emails: tuple[str, ...] = Field((), description="E-mail addresses subscribed to the alarm topic")
+    endpoints: dict[str, EndpointConfig] = Field(
+        default_factory=dict, description="Endpoints by key (1-30 lowercase letters, digits, single hyphens)"
+    )
+
+    @field_validator("endpoints")
+    @classmethod
+    def _keys(cls, value: dict[str, EndpointConfig]) -> dict[str, EndpointConfig]:
+        bad = [k for k in value if not _ENDPOINT_KEY.fullmatch(k)]
+        if bad:
+            raise ValueError(f"endpoint keys {bad} are not allowed; allowed: 1-30 lowercase letters, digits, hyphens")
+        return value
+
+    @field_validator("alarm_emails")
+    @classmethod
+    def _emails(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [e for e in value if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", e)]
+        if bad:
+            raise ValueError(f"{bad} are not e-mail addresses")
+        return value
+
+    @model_validator(mode="after")
+    def _enabled(self) -> InferenceConfig:
+        if self.enabled and not self.endpoints:
+            raise ValueError("enabled: true needs at least one entry under endpoints")
+        return self

@@ -1,0 +1,278 @@
+"""The ``training`` section: the training pipeline, its prepare step and alarms.
+
+The rules of a training job live in the library (``gpu_constructs.training_spec``: SageMaker's limits, the spot and
+max-wait rules, processes per host, the alarm thresholds); this section keeps what is about the file (keys, types,
+units, environment-level bounds), words the library's rules in the config's units (hours) and builds the library's
+value types for the stack (:meth:`TrainingConfig.max_runtime`, :meth:`TrainingPrepareConfig.options`,
+:meth:`TrainingAlarmsConfig.thresholds`). Nothing here imports aws_cdk at load time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from gpu_constructs.catalog import require_nvidia_gpu
+from gpu_constructs.training_spec import (
+    DATA_VERSION_PATTERN,
+    HP_PROCESSES_PER_HOST,
+    MAX_RETRY_ATTEMPTS,
+    MAX_RUNTIME_LIMIT_S,
+    MAX_WAIT_LIMIT_S,
+    PROCESSING_MAX_RUNTIME_S,
+    PROCESSING_TYPES_ALLOWED,
+    VOLUME_SIZE_GB,
+    WAIT_BELOW_RUNTIME,
+    WAIT_WITHOUT_SPOT,
+    alarm_threshold_problems,
+    check_processes_per_host,
+    processing_type_allowed,
+    runtime_limit_text,
+    stopping_violations,
+)
+from gpu_constructs.training_spec.limits import CHANNEL_RE
+from stacks.config._base import Allowed, Check, EmailList, StrictModel
+
+if TYPE_CHECKING:
+    from aws_cdk import Duration
+
+    from gpu_constructs.training import AlarmThresholds, PrepareOptions
+
+HOUR_S = 3600
+
+
+def _hours_allowed(limit_s: int, api_field: str) -> str:
+    """A time limit in hours, checked against SageMaker's limit in seconds (defined once, in the library) and
+    reported in hours, the unit of the config."""
+    return "allowed: " + runtime_limit_text(limit_s, api_field, unit="hours", unit_s=HOUR_S)
+
+
+RuntimeHours = Annotated[
+    int,
+    Field(ge=1, le=MAX_RUNTIME_LIMIT_S // HOUR_S),
+    Allowed(message=_hours_allowed(MAX_RUNTIME_LIMIT_S, "MaxRuntimeInSeconds")),
+]
+WaitHours = Annotated[
+    int,
+    Field(ge=1, le=MAX_WAIT_LIMIT_S // HOUR_S),
+    Allowed(message=_hours_allowed(MAX_WAIT_LIMIT_S, "MaxWaitTimeInSeconds")),
+]
+ProcessingHours = Annotated[
+    int,
+    Field(ge=1, le=PROCESSING_MAX_RUNTIME_S // HOUR_S),
+    Allowed(message=_hours_allowed(PROCESSING_MAX_RUNTIME_S, "processing MaxRuntimeInSeconds")),
+]
+RetryAttempts = Annotated[
+    int, Field(ge=MAX_RETRY_ATTEMPTS[0], le=MAX_RETRY_ATTEMPTS[1]), Allowed(message="allowed: null or 1..30")
+]
+AlarmPeriods = Annotated[int, Field(ge=1, le=100), Allowed()]
+AlarmPeriodMinutes = Annotated[int, Check(lambda v: v in (1, 5, 10, 15, 30, 60), "allowed: 1, 5, 10, 15, 30, 60")]
+
+
+class TrainingAlarmsConfig(StrictModel):
+    """Thresholds of the training alarms (percent per GPU / per vCPU of the configured instance type)."""
+
+    gpu_low_pct: float = Field(50, description="Input-bound alarm: GPU utilization below this ...")
+    busy_pct: float = Field(80, description="... while CPU or disk utilization is above this")
+    idle_gpu_pct: float = Field(5, description="Idle-GPU alarm: the least-used host's GPU utilization below this")
+    period_minutes: AlarmPeriodMinutes = Field(5, description="Metric period in minutes (1, 5, 10, 15, 30 or 60)")
+    input_bound_periods: AlarmPeriods = Field(3, description="Consecutive periods before the input-bound alarm fires")
+    idle_periods: AlarmPeriods = Field(6, description="Consecutive periods before the idle-GPU alarm fires")
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> TrainingAlarmsConfig:
+        for name, value, allowed in alarm_threshold_problems(self):
+            raise ValueError(f"{name}: {value}: allowed: {allowed}")
+        return self
+
+    def thresholds(self) -> AlarmThresholds:
+        """The library's :class:`~gpu_constructs.training.AlarmThresholds` of these settings."""
+        from aws_cdk import Duration
+
+        from gpu_constructs.training import AlarmThresholds
+
+        return AlarmThresholds(
+            gpu_low_pct=self.gpu_low_pct,
+            busy_pct=self.busy_pct,
+            idle_gpu_pct=self.idle_gpu_pct,
+            period=Duration.minutes(self.period_minutes),
+            input_bound_periods=self.input_bound_periods,
+            idle_periods=self.idle_periods,
+        )
+
+
+class TrainingPrepareConfig(StrictModel):
+    """The optional prepare step: a SageMaker processing job running `gpuctl shard` in the training image."""
+
+    enabled: bool = Field(False, description="Add the prepare step to the state machine")
+    run_by_default: bool = Field(False, description="Run it when an execution's input does not set `prepare`")
+    source_prefix: str = Field("raw/", description="Datasets-bucket prefix of the raw files: <prefix><split>/")
+    instance_type: str = Field("ml.m5.4xlarge", description="Processing instance type (CPU or GPU)")
+    volume_size_gb: int = Field(200, description="Volume for the raw files and the shards, GB")
+    image_size: int = Field(224, description="gpuctl shard --image-size")
+    shard_size: str = Field("128MB", description="gpuctl shard --shard-size")
+    max_runtime_hours: ProcessingHours = Field(24, description="Processing job time limit, hours (1-120)")
+
+    @field_validator("source_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value or value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+            raise ValueError("must be a non-empty relative S3 key prefix such as 'raw/imagenet/'")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        if not processing_type_allowed(value, where="training.prepare"):
+            raise ValueError(f"allowed: {PROCESSING_TYPES_ALLOWED}")
+        return value
+
+    def options(self, splits: tuple[str, ...]) -> PrepareOptions | None:
+        """The library's :class:`~gpu_constructs.training.PrepareOptions` (``None`` when the step is off)."""
+        if not self.enabled:
+            return None
+        from aws_cdk import Duration, Size
+
+        from gpu_constructs.training import PrepareOptions
+
+        return PrepareOptions(
+            source_prefix=self.source_prefix,
+            instance_type=self.instance_type,
+            volume_size=Size.gibibytes(self.volume_size_gb),
+            image_size=self.image_size,
+            shard_size=self.shard_size,
+            max_runtime=Duration.hours(self.max_runtime_hours),
+            run_by_default=self.run_by_default,
+            splits=splits,
+        )
+
+
+class TrainingConfig(StrictModel):
+    """The training pipeline (training stack): state machine, job defaults, monitoring."""
+
+    enabled: bool = Field(False, description="Create the training stack")
+    name: Annotated[
+        str,
+        Field(pattern=r"^[a-z0-9](-?[a-z0-9]){0,15}$"),
+        Allowed(message="must be 1-16 lowercase letters, digits and single hyphens (part of job names)"),
+    ] = Field("train", description="Setup name; jobs are named <resource_prefix>-<name>-<id>")
+    instance_type: str = Field("ml.g5.xlarge", description="Default ml.* NVIDIA GPU training type (GPU catalog)")
+    instance_count: Annotated[int, Field(ge=1, le=100), Allowed("hosts")] = Field(
+        1, description="Hosts per job; > 1 is multi-host training"
+    )
+    volume_size_gb: Annotated[int, Field(ge=VOLUME_SIZE_GB[0], le=VOLUME_SIZE_GB[1]), Allowed("GB")] = Field(
+        100, description="EBS volume per host, GB (types with local NVMe use it instead)"
+    )
+    input: Literal["s3", "fsx"] = Field("s3", description="s3: channels read S3; fsx: the FSx for Lustre file system")
+    input_mode: Literal["File", "FastFile", "Pipe"] = Field("FastFile", description="S3 channels' input mode")
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = Field(
+        "FullyReplicated", description="S3 channels' distribution across hosts"
+    )
+    dataset_prefix: str = Field(
+        "imagenet/", description="Datasets-bucket prefix of the dataset: <prefix><data_version>/<channel>/"
+    )
+    channels: tuple[str, ...] = Field(("train", "validation"), description="Channel (split) names")
+    data_version: Annotated[
+        str,
+        Field(pattern=DATA_VERSION_PATTERN),
+        Allowed(message="must be 1-128 letters, digits and . _ = -, starting with a letter or digit"),
+    ] = Field("v1", description="Default data version; executions and gpuctl may override it")
+    hyperparameters: dict[str, str] = Field(
+        default_factory=dict, description="Default hyperparameters of the training runtime (see its README)"
+    )
+    max_runtime_hours: RuntimeHours = Field(24, description="MaxRuntime in hours (1-672)")
+    spot: bool = Field(False, description="Managed spot training with checkpoints")
+    max_wait_hours: WaitHours | None = Field(
+        None, description="Spot: runtime plus capacity wait, hours (1-672; default 2 x runtime, at most 672)"
+    )
+    max_retry_attempts: (
+        Annotated[
+            int, Field(ge=MAX_RETRY_ATTEMPTS[0], le=MAX_RETRY_ATTEMPTS[1]), Allowed(message="allowed: null or 1..30")
+        ]
+        | None
+    ) = Field(None, description="SageMaker retries of a failed job (1-30)")
+    network_isolation: bool = Field(False, description="No outbound network from the training container")
+    inter_container_encryption: bool = Field(True, description="Encrypt traffic between hosts")
+    allowed_instance_types: tuple[str, ...] | None = Field(
+        None, description="Types an execution may choose (default: every NVIDIA training type that fits)"
+    )
+    notification_emails: EmailList = Field((), description="E-mail addresses for failure and alarm notices")
+    prepare: TrainingPrepareConfig = Field(default_factory=lambda: TrainingPrepareConfig())
+    alarms: TrainingAlarmsConfig = Field(default_factory=lambda: TrainingAlarmsConfig())
+
+    @field_validator("hyperparameters", mode="before")
+    @classmethod
+    def _hp_strings(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            elif isinstance(item, int | float):
+                item = str(item)
+            out[key] = item
+        return out
+
+    @field_validator("instance_type", "allowed_instance_types")
+    @classmethod
+    def _nvidia(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> Any:
+        where = "training" if info.field_name == "instance_type" else f"training.{info.field_name}"
+        for item in (value,) if isinstance(value, str) else value or ():
+            require_nvidia_gpu(item, where=where, usage="training")
+        return value
+
+    @field_validator("dataset_prefix")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        if not value.endswith("/") or value.startswith("/") or ".." in value:
+            raise ValueError("must be a relative S3 prefix ending in '/', e.g. 'imagenet/'")
+        if not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+            raise ValueError("must use only letters, digits and !_.*'()/=- (an S3 key prefix)")
+        return value
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one channel, e.g. [train, validation]")
+        bad = [c for c in value if not CHANNEL_RE.match(c)]
+        if bad or len(set(value)) != len(value):
+            raise ValueError(f"channel names must be unique and use A-Z a-z 0-9 . _ - (bad: {bad or 'duplicates'})")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> TrainingConfig:
+        wait_s = None if self.max_wait_hours is None else self.max_wait_hours * HOUR_S
+        violations = stopping_violations(self.max_runtime_hours * HOUR_S, wait_s, self.spot)
+        if WAIT_WITHOUT_SPOT in violations:
+            raise ValueError("max_wait_hours is set but spot is false; allowed: spot: true, or max_wait_hours: null")
+        if WAIT_BELOW_RUNTIME in violations:
+            raise ValueError(
+                f"max_wait_hours: {self.max_wait_hours} is less than max_runtime_hours: {self.max_runtime_hours}; "
+                "allowed: max_wait_hours >= max_runtime_hours"
+            )
+        if self.input == "fsx" and self.input_mode != "File":
+            raise ValueError("input: fsx mounts the file system, so input_mode must be File")
+        for instance_type in (self.instance_type, *(self.allowed_instance_types or ())):
+            check_processes_per_host(
+                instance_type,
+                self.hyperparameters.get(HP_PROCESSES_PER_HOST),
+                where="training.hyperparameters",
+                param=HP_PROCESSES_PER_HOST,
+            )
+        return self
+
+    def max_runtime(self) -> Duration:
+        """``max_runtime_hours`` as the library's ``max_runtime``."""
+        from aws_cdk import Duration
+
+        return Duration.hours(self.max_runtime_hours)
+
+    def max_wait(self) -> Duration | None:
+        """``max_wait_hours`` as the library's ``max_wait`` (``None``: the default, twice the runtime with spot)."""
+        from aws_cdk import Duration
+
+        return None if self.max_wait_hours is None else Duration.hours(self.max_wait_hours)

@@ -1,0 +1,109 @@
+"""The platform stacks of one environment, built in any scope: the app root (``make synth``) or a pipeline stage.
+
+:func:`build_platform_stacks` is the one place that creates them, so a pipeline stage
+(:class:`stacks.stage.PlatformStage`) deploys exactly the stacks that ``cdk deploy`` of the app manages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from stacks.config import EnvConfig
+from stacks.data_stack import DataStack
+from stacks.fleet_stack import FleetStack, fleets_stack_name
+from stacks.gitops_stack import GitOpsStack
+from stacks.images_stack import ImagesStack
+from stacks.inference_stack import InferenceStack, inference_stack_name
+from stacks.network_stack import NetworkStack
+from stacks.storage_stack import StorageStack
+from stacks.training_stack import TrainingStack, training_stack_name
+
+_S = TypeVar("_S", bound=cdk.Stack)
+
+
+@dataclass
+class PlatformStacks:
+    """The platform stacks of one environment, built by :func:`build_platform_stacks` in any scope."""
+
+    config: EnvConfig
+    network: NetworkStack
+    data: DataStack
+    storage: StorageStack
+    images: ImagesStack
+    training: TrainingStack | None = None
+    inference: InferenceStack | None = None
+    fleets: FleetStack | None = None
+    gitops: GitOpsStack | None = None
+
+    @property
+    def stacks(self) -> list[cdk.Stack]:
+        optional = [s for s in (self.training, self.inference, self.fleets, self.gitops) if s is not None]
+        return [self.network, self.data, self.storage, self.images, *optional]
+
+
+def build_platform_stacks(scope: Construct, config: EnvConfig) -> PlatformStacks:
+    """Create the platform stacks of ``config`` in ``scope``: the app root (``make synth``) or a pipeline stage.
+
+    Stack ids, stack names (``<resource_prefix>-<name>``) and the logical ids of stateful resources are the same
+    in every scope, so a pipeline stage deploys the stacks ``cdk deploy`` manages; the config's tags go on
+    everything under ``scope``.
+    """
+    env = cdk.Environment(account=config.account, region=config.region)
+    prefix = config.resource_prefix
+    common: dict[str, Any] = {"config": config, "env": env, "termination_protection": config.termination_protection}
+
+    def stack(cls: type[_S], name: str, what: str, **props: Any) -> _S:
+        """One stack of the platform: its construct id is its stack name; its description names the environment."""
+        description = f"GPU platform ({config.env_name}): {what}"
+        return cls(scope, name, stack_name=name, description=description, **props, **common)
+
+    network = stack(NetworkStack, f"{prefix}-network", "private VPC, endpoints, flow logs")
+    data = stack(DataStack, f"{prefix}-data", "KMS keys and S3 buckets")
+    # What the stacks that run workloads take from the network and data stacks.
+    shared: dict[str, Any] = {"network": network.network, "storage": data.storage}
+    storage = stack(StorageStack, f"{prefix}-storage", "FSx for Lustre linked to the datasets bucket", **shared)
+    images = stack(ImagesStack, f"{prefix}-images", "training and inference container images")
+    training = None
+    if config.training.enabled:
+        training = stack(
+            TrainingStack,
+            training_stack_name(prefix),
+            "training pipeline, job roles, dashboard and alarms",
+            image=images.training_image,
+            lustre=storage.lustre,
+            **shared,
+        )
+    inference = None
+    if config.inference.enabled:
+        inference = stack(
+            InferenceStack,
+            inference_stack_name(prefix),
+            "SageMaker GPU endpoints, autoscaling, alarms, dashboards",
+            image=images.inference_image,
+            **shared,
+        )
+    fleets = None
+    if config.fleets.enabled:
+        fleets = stack(
+            FleetStack,
+            fleets_stack_name(prefix),
+            "EC2 GPU fleets on Deep Learning AMIs, GPU notebooks",
+            lustre=storage.lustre,
+            **shared,
+        )
+    gitops = None
+    if config.gitops.oidc_deploy_role is not None or config.gitops.oidc_diff_role is not None:
+        gitops = stack(
+            GitOpsStack,
+            f"{prefix}-gitops",
+            "OIDC deploy role for GitOps runners",
+            deploy=config.gitops.oidc_deploy_role,
+            diff=config.gitops.oidc_diff_role,
+        )
+    for key, value in sorted(config.tags.items()):
+        cdk.Tags.of(scope).add(key, value)
+    return PlatformStacks(config, network, data, storage, images, training, inference, fleets, gitops)

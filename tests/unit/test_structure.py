@@ -1,0 +1,296 @@
+"""The code's structure: no import circle between first-party modules, and no ``sys.path`` edits.
+
+Packaging makes the first-party packages importable (``make setup`` installs the project and ``./constructs``
+in editable mode), so no module puts a folder on ``sys.path`` itself. Only the two container runtimes do, for
+the user's code directory: ``gpu_train.plugins`` and ``gpu_serve.handler``.
+
+The import graph is read from the source with :mod:`ast`: module-level imports only (an import inside a
+function runs later, and one under ``if TYPE_CHECKING:`` never runs). A circle in that graph is a real one:
+which module is initialized first would depend on which one a caller happens to import first.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Top-level first-party package -> its folder (as pyproject.toml's package-dir and constructs/ map them).
+PACKAGES: dict[str, Path] = {
+    "gpu_constructs": ROOT / "constructs" / "gpu_constructs",
+    "stacks": ROOT / "stacks",
+    "platform_tools": ROOT / "platform_tools",
+    "gpuctl": ROOT / "gpuctl",
+    "gpu_train": ROOT / "containers" / "training" / "gpu_train",
+    "gpu_serve": ROOT / "containers" / "inference" / "gpu_serve",
+    "benchmarks": ROOT / "benchmarks",
+}
+
+#: Top-level modules that are not in a package.
+MODULES: dict[str, Path] = {"app": ROOT / "app.py"}
+
+#: The only files that may edit ``sys.path``: the runtimes put the user's ``code/`` folder on it.
+SYS_PATH_ALLOWED = {
+    ROOT / "containers" / "training" / "gpu_train" / "plugins.py",
+    ROOT / "containers" / "inference" / "gpu_serve" / "handler.py",
+}
+
+_SKIP_DIRS = {".git", ".venv", "node_modules", "cdk.out", "__pycache__", ".mypy_cache", ".ruff_cache", ".bench"}
+_SYS_PATH_MUTATORS = {"insert", "append", "extend", "remove", "pop", "clear", "__setitem__", "__delitem__"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The checker
+# --------------------------------------------------------------------------------------------------
+
+
+def module_files(packages: Mapping[str, Path], modules: Mapping[str, Path] | None = None) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file of ``packages`` (and the lone ``modules``)."""
+    found: dict[str, Path] = dict(modules or {})
+    for name, folder in packages.items():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob("*.py")):
+            if _SKIP_DIRS.intersection(path.relative_to(folder).parts):
+                continue
+            parts = [name, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_level(body: Iterable[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported (not in functions or classes' methods)."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _module_level(block)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from _module_level(node.body)
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imports_of(module: str, path: Path, known: Mapping[str, Path]) -> set[str]:
+    """The first-party modules ``module`` imports at module level (a submodule when one is named, else its package)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    targets: set[str] = set()
+    for node in _module_level(tree.body):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            base = _resolve(node, module, path.name == "__init__.py")
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        for name in names:
+            # `import a.b.c` where a.b.c is no module of ours: the deepest one that is.
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+    return targets
+
+
+def import_graph(packages: Mapping[str, Path], modules: Mapping[str, Path] | None = None) -> dict[str, set[str]]:
+    known = module_files(packages, modules)
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def find_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan), as a closed path."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_cycle_path(graph, set(c)) for c in components]
+
+
+def _cycle_path(graph: Mapping[str, set[str]], members: set[str]) -> list[str]:
+    """A closed path ``a -> b -> ... -> a`` inside one strongly connected component (for the message)."""
+    start = min(members)
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop(0)
+        for succ in sorted(graph[node] & members):
+            if succ == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+            if succ not in previous:
+                previous[succ] = node
+                frontier.append(succ)
+    return sorted(members)
+
+
+def sys_path_edits(path: Path) -> list[int]:
+    """Lines of ``path`` that change ``sys.path`` (a mutating call, an assignment, ``site.addsitedir``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def is_sys_path(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "path" and ast.unparse(node.value) == "sys"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            mutates = node.func.attr in _SYS_PATH_MUTATORS and is_sys_path(node.func.value)
+            if mutates or node.func.attr == "addsitedir":
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            for target in targets:
+                inner = target.value if isinstance(target, ast.Subscript) else target
+                if is_sys_path(inner):
+                    lines.append(node.lineno)
+    return sorted(lines)
+
+
+def python_files(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*.py")):
+        if not _SKIP_DIRS.intersection(path.relative_to(root).parts):
+            yield path
+
+
+# --------------------------------------------------------------------------------------------------
+# The tree
+# --------------------------------------------------------------------------------------------------
+
+
+def test_first_party_modules_import_no_circle() -> None:
+    graph = import_graph(PACKAGES, MODULES)
+    assert "stacks.app_builder" in graph and "gpuctl.commands.train" in graph and "app" in graph
+    cycles = find_cycles(graph)
+    assert not cycles, "import circles (module-level imports): " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_sys_path_edits_outside_the_runtimes() -> None:
+    edits = {
+        str(path.relative_to(ROOT)): lines
+        for path in python_files(ROOT)
+        if path not in SYS_PATH_ALLOWED and (lines := sys_path_edits(path))
+    }
+    assert not edits, f"sys.path is edited (packaging makes imports work: make setup): {edits}"
+    assert all(sys_path_edits(path) for path in SYS_PATH_ALLOWED), "the allow-list names a file that no longer needs it"
+
+
+def test_stacks_holds_only_stacks_and_their_helpers() -> None:
+    """The tools that read the cloud assembly live in platform_tools, not among the stacks."""
+    tools = {"diagram", "summary", "config_reference"}
+    assert not tools & {p.stem for p in (ROOT / "stacks").glob("*.py")}
+    assert tools <= {p.stem for p in (ROOT / "platform_tools").glob("*.py")}
+
+
+# --------------------------------------------------------------------------------------------------
+# The checker on synthetic packages
+# --------------------------------------------------------------------------------------------------
+
+
+CIRCLE = {
+    "pkg/__init__.py": "",
+    "pkg/a.py": "from pkg.b import B\nA = 1\n",
+    "pkg/b.py": "from . import c\nB = 2\n",
+    "pkg/c.py": "import pkg.a\n",
+    "pkg/d.py": "from pkg import a\n",
+}
+CIRCLE_THROUGH_PACKAGE_INIT = {
+    "pkg/__init__.py": "",
+    "pkg/sub/__init__.py": "from .impl import X\n",
+    "pkg/sub/impl.py": "from pkg.other import Y\nX = 1\n",
+    "pkg/other.py": "try:\n    from pkg.sub import X\nexcept ImportError:\n    X = None\nY = 2\n",
+}
+NO_CIRCLE_AT_IMPORT_TIME = {
+    "pkg/__init__.py": "",
+    "pkg/a.py": "from pkg.b import B\n",
+    "pkg/b.py": (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.a import A\n"
+        "def f():\n    from pkg import a\n"
+        "B = 1\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("files", "cycles"),
+    [
+        (CIRCLE, [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]),
+        (CIRCLE_THROUGH_PACKAGE_INIT, [["pkg.other", "pkg.sub", "pkg.sub.impl", "pkg.other"]]),
+        (NO_CIRCLE_AT_IMPORT_TIME, []),  # function-level and TYPE_CHECKING imports do not run at import time
+    ],
+    ids=["circle", "through-package-init", "function-level-and-type-checking"],
+)
+def test_checker_finds_circles_in_a_synthetic_package(
+    tmp_path: Path, files: Mapping[str, str], cycles: list[list[str]]
+) -> None:
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    graph = import_graph({"pkg": tmp_path / "pkg"})
+    assert find_cycles(graph) == cycles
+
+
+@pytest.mark.parametrize(
+    ("source", "edits"),
+    [
+        ("import sys\nsys.path.insert(0, 'x')\n", [2]),
+        ("import sys\nif 'x' not in sys.path:\n    sys.path.append('x')\n", [3]),
+        ("import sys\nsys.path = ['x']\n", [2]),
+        ("import sys\nsys.path[:0] = ['x']\n", [2]),
+        ("import site\nsite.addsitedir('x')\n", [2]),
+        ("import sys\nprint(sys.path)\nfound = 'x' in sys.path\n", []),
+    ],
+)
+def test_checker_finds_sys_path_edits(tmp_path: Path, source: str, edits: list[int]) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert sys_path_edits(path) == edits
