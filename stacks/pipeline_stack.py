@@ -336,23 +336,15 @@ def expected_pipeline_wildcards(
     Anything else (another wildcard action or resource, ``*`` on another action) is not returned, so cdk-nag
     still reports it.
     """
-    from gpu_constructs.images import flatten_reference
-
     found: dict[str, str] = {}
-    for statement in document.get("Statement", []):
-        if statement.get("Effect") != "Allow":
-            continue
-        actions = [str(a) for a in _as_list(statement.get("Action"))]
+    for actions, wildcards, condition in nag.allow_statements(document.get("Statement", [])):
         for action in actions:
             if "*" in action and action in _GRANT_ACTIONS:
                 found[f"Action::{action}"] = (
                     f"Safe because {action} comes from aws-cdk-lib's grant on the pipeline artifact bucket or key, "
                     "since the statement names only that bucket, the replication bucket or their keys"
                 )
-        for resource in _as_list(statement.get("Resource")):
-            flat = flatten_reference(resource)
-            if "*" not in flat:
-                continue
+        for flat in wildcards:
             if flat == "*":
                 if actions and all(a in _STAR_ACTIONS for a in actions):
                     why = "; ".join(sorted({_STAR_ACTIONS[a] for a in actions}))
@@ -374,9 +366,7 @@ def expected_pipeline_wildcards(
                     "Safe because CodeBuild report groups are named per build, since aws-cdk-lib grants the "
                     "project's own report groups"
                 )
-            elif _BOOTSTRAP_ROLES.fullmatch(flat) and "iam:ResourceTag/aws-cdk:bootstrap-role" in json.dumps(
-                statement.get("Condition", {})
-            ):
+            elif _BOOTSTRAP_ROLES.fullmatch(flat) and "iam:ResourceTag/aws-cdk:bootstrap-role" in json.dumps(condition):
                 found[f"Resource::{flat}"] = (
                     "Safe because the condition limits sts:AssumeRole to roles tagged as CDK bootstrap roles, "
                     "since self-mutation deploys through them"

@@ -50,8 +50,8 @@ from gpu_constructs.dlc import (
 )
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import given_or_new_key
-from gpu_constructs.nag import as_list as _as_list
-from gpu_constructs.nag import flatten_reference
+from gpu_constructs.nag import allow_statements
+from gpu_constructs.nag import flatten_reference as flatten_reference  # re-exported: tests import it from here
 
 __all__ = [
     "DLC_ACCOUNTS",
@@ -248,17 +248,11 @@ def expected_build_wildcards(document: Mapping[str, Any], project_logical_id: st
     """
     found: dict[str, str] = {}
     star_actions: set[str] = set()
-    for statement in document.get("Statement", []):
-        if statement.get("Effect") != "Allow":
-            continue
-        actions = [str(a) for a in _as_list(statement.get("Action"))]
+    for actions, wildcards, _ in allow_statements(document.get("Statement", [])):
         for action in actions:
             if "*" in action and action in _EXPECTED_WILDCARD_ACTIONS:
                 found[f"Action::{action}"] = _EXPECTED_WILDCARD_ACTIONS[action]
-        for resource in _as_list(statement.get("Resource")):
-            flat = flatten_reference(resource)
-            if "*" not in flat:
-                continue
+        for flat in wildcards:
             if flat == "*":
                 star_actions.update(actions)
             elif flat.endswith(f":log-group:/aws/codebuild/<{project_logical_id}>:*"):

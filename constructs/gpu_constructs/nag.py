@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import aws_cdk as cdk
 import jsii
@@ -124,6 +124,25 @@ def as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
+class AllowStatement(NamedTuple):
+    """A resolved Allow statement as the IAM5 checks read it."""
+
+    actions: list[str]
+    #: its resources that hold a ``*``, flattened as cdk-nag names them in ``Resource::...`` finding ids
+    wildcards: list[str]
+    condition: Mapping[str, Any]
+
+
+def allow_statements(statements: Iterable[Mapping[str, Any]]) -> Iterator[AllowStatement]:
+    """The Allow statements of a resolved policy, in order (Deny statements cause no IAM5 finding)."""
+    for statement in statements:
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = [str(a) for a in as_list(statement.get("Action"))]
+        flat = (flatten_reference(resource) for resource in as_list(statement.get("Resource")))
+        yield AllowStatement(actions, [f for f in flat if "*" in f], statement.get("Condition", {}))
+
+
 # --------------------------------------------------------------------------------------------------
 # Wildcard findings (AwsSolutions-IAM5)
 # --------------------------------------------------------------------------------------------------
@@ -132,25 +151,15 @@ def as_list(value: Any) -> list[Any]:
 def wildcard_findings(statements: Iterable[Mapping[str, Any]]) -> set[str]:
     """The IAM5 finding ids (``Action::x*``, ``Resource::...*``) of resolved Allow statements."""
     found: set[str] = set()
-    for statement in statements:
-        if statement.get("Effect") != "Allow":
-            continue
-        found.update(f"Action::{a}" for a in map(str, as_list(statement.get("Action"))) if "*" in a)
-        for resource in as_list(statement.get("Resource")):
-            flat = flatten_reference(resource)
-            if "*" in flat:
-                found.add(f"Resource::{flat}")
+    for actions, wildcards, _ in allow_statements(statements):
+        found.update(f"Action::{a}" for a in actions if "*" in a)
+        found.update(f"Resource::{flat}" for flat in wildcards)
     return found
 
 
 def star_resource_actions(statements: Iterable[Mapping[str, Any]]) -> set[str]:
     """The actions of resolved Allow statements whose resources include ``*`` (one ``Resource::*`` finding)."""
-    return {
-        str(action)
-        for st in statements
-        if st.get("Effect") == "Allow" and "*" in map(flatten_reference, as_list(st.get("Resource")))
-        for action in as_list(st.get("Action"))
-    }
+    return {action for allow in allow_statements(statements) if "*" in allow.wildcards for action in allow.actions}
 
 
 #: ``expected(document, stack)``: the finding ids a policy causes on purpose, with the reason for each.

@@ -3,7 +3,6 @@ image's server) over real HTTP, answers exactly what the model answers when call
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from container_helpers import import_model_handler
 from PIL import Image
 
 from gpu_serve.process import ServerProcess
@@ -23,15 +23,6 @@ from gpu_serve.process import ServerProcess
 pytestmark = pytest.mark.slow
 
 export = pytest.importorskip("gpu_train.export", reason="the training runtime's exporter is not available")
-
-
-def _import_handler(model_dir: Path) -> ModuleType:
-    """The archive's own code/inference.py, imported under a private name (as a direct caller would)."""
-    spec = importlib.util.spec_from_file_location("e2e_exported_inference", model_dir / "code" / "inference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +42,7 @@ def model_config(artifact: tuple[Path, Path]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def direct(artifact: tuple[Path, Path]) -> tuple[ModuleType, torch.nn.Module]:
     """The model as a user calls it without any server: the archive's handler module and model_fn."""
-    handler = _import_handler(artifact[1])
+    handler = import_model_handler(artifact[1], "e2e_exported_inference")
     return handler, handler.model_fn(str(artifact[1]))
 
 

@@ -125,34 +125,36 @@ def test_unknown_key_is_an_error(tmp_path: Path) -> None:
     assert "allowed keys here: vpc_cidr, subnet_cidr_mask, nat_gateways" in msg
 
 
-def test_unknown_top_level_key(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"regoin: 'us-east-1': unknown key \(typo\?\); allowed keys here: env_name"):
-        load_modified(tmp_path, regoin="us-east-1")
-
-
-def test_wrong_type_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"network.nat_gateways: '2'"):
-        load_modified(tmp_path, network__nat_gateways="2")
-
-
-def test_more_nat_gateways_than_azs(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"network.nat_gateways: 3 exceeds the 2 configured AZs; allowed: 0..2"):
-        load_modified(tmp_path, network__nat_gateways=3)
-
-
-def test_unknown_interface_endpoint(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"unknown endpoint\(s\) \['sagemaker'\]; allowed: sagemaker_api"):
-        load_modified(tmp_path, network__interface_endpoints=["sagemaker"])
-
-
-def test_bad_account(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"account: '1234': must be a 12-digit AWS account id"):
-        load_modified(tmp_path, account="1234")
-
-
-def test_env_name_must_match_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"env_name: 'prod' does not match the file name; allowed: 'dev'"):
-        load_modified(tmp_path, env_name="prod")
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param(
+            {"regoin": "us-east-1"},
+            r"regoin: 'us-east-1': unknown key \(typo\?\); allowed keys here: env_name",
+            id="unknown_top_level_key",
+        ),
+        pytest.param({"network__nat_gateways": "2"}, r"network.nat_gateways: '2'", id="wrong_type"),
+        pytest.param(
+            {"network__nat_gateways": 3},
+            r"network.nat_gateways: 3 exceeds the 2 configured AZs; allowed: 0..2",
+            id="more_nat_gateways_than_azs",
+        ),
+        pytest.param(
+            {"network__interface_endpoints": ["sagemaker"]},
+            r"unknown endpoint\(s\) \['sagemaker'\]; allowed: sagemaker_api",
+            id="unknown_interface_endpoint",
+        ),
+        pytest.param({"account": "1234"}, r"account: '1234': must be a 12-digit AWS account id", id="bad_account"),
+        pytest.param(
+            {"env_name": "prod"},
+            r"env_name: 'prod' does not match the file name; allowed: 'dev'",
+            id="env_name_must_match_file",
+        ),
+    ],
+)
+def test_invalid_value_is_an_error(tmp_path: Path, changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_modified(tmp_path, **changes)
 
 
 def test_invalid_yaml(tmp_path: Path) -> None:

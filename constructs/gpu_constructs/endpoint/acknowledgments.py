@@ -9,8 +9,6 @@ from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 from gpu_constructs import nag
-from gpu_constructs.nag import as_list as _as_list
-from gpu_constructs.nag import flatten_reference
 
 ROLE_POLICY_REASON = (
     "Safe because this inline policy is created by CDK from grants for exactly one role (the endpoint's "
@@ -60,27 +58,16 @@ def expected_wildcard_findings(document: Mapping[str, Any], object_patterns: Map
     cdk-nag still reports it.
     """
     found: dict[str, str] = {}
-    star_ok = True
-    for statement in document.get("Statement", []):
-        if statement.get("Effect") != "Allow":
-            continue
-        actions = [str(a) for a in _as_list(statement.get("Action"))]
-        for resource in _as_list(statement.get("Resource")):
-            flat = flatten_reference(resource)
-            if "*" not in flat:
-                continue
+    has_star, star_ok = False, True
+    for actions, wildcards, _ in nag.allow_statements(document.get("Statement", [])):
+        for flat in wildcards:
             if flat == "*":
+                has_star = True
                 star_ok = star_ok and all(a in STAR_RESOURCE_ACTIONS for a in actions)
                 continue
             for pattern, reason in object_patterns.items():
                 if flat.endswith(f"/{pattern}") and "*" not in flat[: -len(pattern)]:
                     found[f"Resource::{flat}"] = reason
-    has_star = any(
-        flatten_reference(r) == "*"
-        for st in document.get("Statement", [])
-        if st.get("Effect") == "Allow"
-        for r in _as_list(st.get("Resource"))
-    )
     if has_star and star_ok:
         found["Resource::*"] = STAR_RESOURCE_REASON
     return found

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from container_helpers import checkov_argv
 from serve_models import build_mlp_dir, build_torchscript_dir
 
 
@@ -33,17 +34,7 @@ def _forget_handler_modules() -> None:
 DOCKERFILE = Path(__file__).resolve().parents[3] / "containers" / "inference" / "Dockerfile"
 LINTERS: dict[str, list[str]] = {
     "hadolint": ["hadolint", str(DOCKERFILE)],
-    "checkov": [
-        "checkov",
-        "-f",
-        str(DOCKERFILE),
-        "--framework",
-        "dockerfile",
-        "--quiet",
-        "--skip-download",
-        "-o",
-        "json",
-    ],
+    "checkov": checkov_argv(DOCKERFILE),
 }
 _lint_runs: dict[str, subprocess.Popen[str]] = {}
 

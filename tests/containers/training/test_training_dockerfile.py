@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from container_helpers import checkov_argv
 
 TRAINING_DIR = Path(__file__).resolve().parents[3] / "containers" / "training"
 DOCKERFILE = TRAINING_DIR / "Dockerfile"
@@ -32,22 +33,7 @@ def test_hadolint_finds_nothing() -> None:
 
 
 def test_checkov_finds_nothing_and_every_skip_is_explained() -> None:
-    result = subprocess.run(
-        [
-            _tool("checkov"),
-            "-f",
-            str(DOCKERFILE),
-            "--framework",
-            "dockerfile",
-            "--quiet",
-            "--skip-download",
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = subprocess.run(checkov_argv(DOCKERFILE, _tool("checkov")), capture_output=True, text=True, check=False)
     report = json.loads(result.stdout)
     assert report["summary"]["failed"] == 0 and report["summary"]["parsing_errors"] == 0, result.stdout
     assert result.returncode == 0

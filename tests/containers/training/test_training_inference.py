@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
@@ -14,6 +13,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
+from container_helpers import import_model_handler
 from PIL import Image
 
 from gpu_train.export import export_example_model
@@ -35,11 +35,7 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def handler(artifact: Path) -> ModuleType:
     """``code/inference.py`` loaded from the artifact itself, not from this package."""
-    spec = importlib.util.spec_from_file_location("artifact_inference", artifact / "code" / "inference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_model_handler(artifact, "artifact_inference")
 
 
 @pytest.fixture(scope="module")
