@@ -96,17 +96,17 @@ class EndpointDataCaptureConfig(StrictModel):
         description="Content types captured as text instead of base64, e.g. application/jsonlines ([]: all base64)",
     )
 
-    @field_validator("sampling_percentage")
-    @classmethod
-    def _pct(cls, value: int) -> int:
-        if not 0 <= value <= 100:
-            raise ValueError("allowed: 0..100")
-        return value
-
     @model_validator(mode="after")
-    def _something(self) -> EndpointDataCaptureConfig:
-        if not (self.capture_input or self.capture_output):
-            raise ValueError("capture_input and capture_output are both false; allowed: at least one true")
+    def _rules(self) -> EndpointDataCaptureConfig:
+        from gpu_constructs.endpoint.checks import check_data_capture
+
+        with library_rules(section="data_capture."):
+            check_data_capture(
+                "",
+                sampling_percentage=self.sampling_percentage,
+                capture_input=self.capture_input,
+                capture_output=self.capture_output,
+            )
         return self
 
     def capture(self) -> DataCapture:
@@ -132,15 +132,12 @@ class EndpointAsyncConfig(StrictModel):
         False, description="Put responses up to 128 KB into the notifications"
     )
 
-    @field_validator("max_concurrent_invocations_per_instance")
-    @classmethod
-    def _concurrency(cls, value: int | None) -> int | None:
-        if value is not None and not 1 <= value <= 1000:
-            raise ValueError("allowed: null or 1..1000")
-        return value
-
     @model_validator(mode="after")
-    def _response(self) -> EndpointAsyncConfig:
+    def _rules(self) -> EndpointAsyncConfig:
+        from gpu_constructs.endpoint.checks import check_async_concurrency
+
+        with library_rules(section="async_inference."):
+            check_async_concurrency("", self.max_concurrent_invocations_per_instance)
         if self.include_response_in_notifications and not self.notifications:
             raise ValueError(
                 "include_response_in_notifications: true needs notifications: true (the topics carry the response)"
@@ -217,28 +214,21 @@ class EndpointAlarmsConfig(StrictModel):
     evaluation_periods: int = Field(3, description="One-minute periods evaluated (1-60)")
     datapoints_to_alarm: int = Field(2, description="Breaching periods among them that fire the alarm")
 
-    @field_validator("max_5xx_percent", "max_gpu_memory_percent")
-    @classmethod
-    def _pct(cls, value: float) -> float:
-        if not 0 < value <= 100:
-            raise ValueError("allowed: a percentage in (0, 100]")
-        return value
-
-    @field_validator("max_model_latency_p99_ms")
-    @classmethod
-    def _latency(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError("allowed: a positive number of milliseconds")
-        return value
-
     @model_validator(mode="after")
-    def _periods(self) -> EndpointAlarmsConfig:
+    def _rules(self) -> EndpointAlarmsConfig:
+        from gpu_constructs.endpoint.checks import check_alarm_thresholds
+
         if not 1 <= self.evaluation_periods <= 60:
             raise ValueError(f"evaluation_periods: {self.evaluation_periods} is not allowed; allowed: 1..60")
-        if not 1 <= self.datapoints_to_alarm <= self.evaluation_periods:
-            raise ValueError(
-                f"datapoints_to_alarm: {self.datapoints_to_alarm} is not allowed; "
-                f"allowed: 1..evaluation_periods ({self.evaluation_periods})"
+        with library_rules(section="alarms.", keys={"alarms.max_model_latency_p99": "alarms.max_model_latency_p99_ms"}):
+            check_alarm_thresholds(
+                "",
+                max_5xx_percent=self.max_5xx_percent,
+                max_gpu_memory_percent=self.max_gpu_memory_percent,
+                latency_ms=self.max_model_latency_p99_ms,
+                period_s=60,
+                evaluation_periods=self.evaluation_periods,
+                datapoints_to_alarm=self.datapoints_to_alarm,
             )
         return self
 
@@ -385,7 +375,7 @@ class EndpointConfig(StrictModel):
     @model_validator(mode="after")
     def _consistency(self) -> EndpointConfig:
         from gpu_constructs.catalog import lookup, require_nvidia_gpu
-        from gpu_constructs.endpoint.capacity import check_target_tracking
+        from gpu_constructs.endpoint.capacity import check_shifting_capacity, check_target_tracking
 
         if self.cpu_variant:
             it = lookup(self.instance_type, where="instance_type")
@@ -419,11 +409,9 @@ class EndpointConfig(StrictModel):
                     cpu_variant=self.cpu_variant,
                     initial_instance_count=self.instance_count,
                 )
-        step = self.deployment.step
-        if step is not None and self.instance_count < 2:
-            raise ValueError(
-                f"deployment.traffic: {self.deployment.traffic!r} needs instance_count >= 2 (a {step} % step "
-                "cannot be carved out of one instance); allowed: all_at_once for a single instance"
+        with library_rules(keys={"initial_instance_count": "instance_count"}):
+            check_shifting_capacity(
+                "", self.deployment.traffic.upper(), self.instance_count, single="traffic: all_at_once"
             )
         if self.off_hours is not None:
             high = scaling.max_capacity if scaling else self.instance_count

@@ -1120,9 +1120,21 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
         r".*allowed: 1 \(or no batching\)\. To batch, serve with the platform's inference image .* "
         r"\(images.inference.kind is 'dlc'\)",
     ),
-    ("capture pct", M + "data_capture: {sampling_percentage: 150}", r"0..100"),
-    ("capture none", M + "data_capture: {capture_input: false, capture_output: false}", r"at least one"),
-    ("async concurrency", M + "async_inference: {max_concurrent_invocations_per_instance: 0}", r"1..1000"),
+    (
+        "capture pct",
+        M + "data_capture: {sampling_percentage: 150}",
+        r"sampling_percentage=150 is not allowed; allowed: an integer in \[0, 100\]",
+    ),
+    (
+        "capture none",
+        M + "data_capture: {capture_input: false, capture_output: false}",
+        r"capture_input/capture_output=\(False, False\) is not allowed; allowed: at least one of them True",
+    ),
+    (
+        "async concurrency",
+        M + "async_inference: {max_concurrent_invocations_per_instance: 0}",
+        r"max_concurrent_invocations_per_instance=0 is not allowed; allowed: an integer in \[1, 1000\]",
+    ),
     (
         "async response",
         M + "async_inference: {notifications: false, include_response_in_notifications: true}",
@@ -1131,12 +1143,29 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
     ("canary size", M + "instance_count: 2\ndeployment: {traffic: canary, step_percent: 60}", r"1..50"),
     ("linear step", M + "instance_count: 2\ndeployment: {traffic: linear, step_percent: 5}", r"10..50"),
     ("step all at once", M + "deployment: {step_percent: 5}", r"not used by traffic 'all_at_once'"),
-    ("canary one instance", M + "deployment: {traffic: canary}", r"needs instance_count >= 2"),
+    (
+        "canary one instance",
+        M + "deployment: {traffic: canary}",
+        r"instance_count with CANARY traffic=1 is not allowed; allowed: 2 or more instances: .* "
+        r"use traffic: all_at_once for a single instance",
+    ),
     ("bake", M + "deployment: {wait_minutes: 90}", r"0..60 minutes"),
     ("deploy timeout", M + "deployment: {max_execution_timeout_minutes: 5}", r"10..480"),
-    ("5xx", M + "alarms: {max_5xx_percent: 0}", r"\(0, 100\]"),
-    ("latency", M + "alarms: {max_model_latency_p99_ms: -1}", r"positive"),
-    ("datapoints", M + "alarms: {evaluation_periods: 1, datapoints_to_alarm: 2}", r"datapoints_to_alarm: 2"),
+    (
+        "5xx",
+        M + "alarms: {max_5xx_percent: 0}",
+        r"max_5xx_percent=0.0 is not allowed; allowed: a percentage in \(0, 100\]",
+    ),
+    (
+        "latency",
+        M + "alarms: {max_model_latency_p99_ms: -1}",
+        r"max_model_latency_p99_ms \(ms\)=-1.0 is not allowed; allowed: > 0 ms",
+    ),
+    (
+        "datapoints",
+        M + "alarms: {evaluation_periods: 1, datapoints_to_alarm: 2}",
+        r"datapoints_to_alarm=2 is not allowed; allowed: 1 to evaluation_periods \(1\)",
+    ),
     (
         "min > max",
         M + _scale("invocations_per_instance", 5, 3, 2),

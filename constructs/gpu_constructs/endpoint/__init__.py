@@ -33,16 +33,18 @@ The package, one concept per module:
 * value types, each with its own ``validate``: :mod:`.model_data` (``ModelData``), :mod:`.batching`
   (``Batching``, ``BatchingEnv``, the environment's rules), :mod:`.capture` (``DataCapture``,
   ``AsyncInference``), :mod:`.deployment` (``BlueGreenDeployment``), :mod:`.alarms` (``EndpointAlarms``),
-  :mod:`.scaling` (``EndpointAutoscaling``), :mod:`.capacity` (``OffHoursSchedule``, the scaling rules);
+  :mod:`.scaling` (``EndpointAutoscaling``), :mod:`.capacity` (``OffHoursSchedule``, the scaling and
+  traffic-shifting capacity rules), :mod:`.checks` (the rules of alarms, data capture and async inference);
   :mod:`.protocols` (what the endpoint needs from an image and a log metric filter); :mod:`.base` (shared names,
   ``SettingError``);
 * :mod:`.construct` (``GpuEndpoint``: the resources and the rules across its inputs);
 * :mod:`.monitoring` (metrics, monitoring key, rollback alarms, log metric filters, dashboard),
   :mod:`.autoscaling` (scalable target, policies, schedule), :mod:`.acknowledgments` (cdk-nag).
 
-Names are re-exported lazily (PEP 562): :mod:`.base`, :mod:`.batching` and :mod:`.capacity` import no
-``aws_cdk``, so the config model checks batching, the container environment and the off-hours schedule with
-the library's own rules without loading the CDK.
+Names are re-exported lazily (PEP 562): :mod:`.base`, :mod:`.batching`, :mod:`.capacity` and :mod:`.checks`
+import no ``aws_cdk``, so the config model checks batching, the container environment, autoscaling, the
+off-hours schedule, traffic shifting, alarms, data capture and async inference with the library's own rules
+without loading the CDK.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from aws_cdk import Duration
 
-from gpu_constructs.endpoint.base import invalid
+from gpu_constructs.endpoint.checks import check_alarm_thresholds
 
 
 @dataclass(frozen=True)
@@ -30,26 +30,12 @@ class EndpointAlarms:
 
     def validate(self, where: str) -> None:
         """Raise a :class:`~gpu_constructs.endpoint.base.SettingError` naming ``where`` for a bad value."""
-        for setting, percent in (
-            ("alarms.max_5xx_percent", self.max_5xx_percent),
-            ("alarms.max_gpu_memory_percent", self.max_gpu_memory_percent),
-        ):
-            if not 0 < percent <= 100:
-                raise invalid(where, setting, percent, "a percentage in (0, 100]")
-        latency_ms = self.max_model_latency_p99.to_milliseconds()
-        if latency_ms <= 0:
-            raise invalid(
-                where, "alarms.max_model_latency_p99", latency_ms, "> 0 ms", name="alarms.max_model_latency_p99 (ms)"
-            )
-        period = self.period.to_seconds()
-        if period not in (10, 30) and period % 60:
-            raise invalid(
-                where, "alarms.period", period, "10, 30 or a multiple of 60 seconds", name="alarms.period (seconds)"
-            )
-        if not 1 <= self.datapoints_to_alarm <= self.evaluation_periods:
-            raise invalid(
-                where,
-                "alarms.datapoints_to_alarm",
-                self.datapoints_to_alarm,
-                f"1 to evaluation_periods ({self.evaluation_periods})",
-            )
+        check_alarm_thresholds(
+            where,
+            max_5xx_percent=self.max_5xx_percent,
+            max_gpu_memory_percent=self.max_gpu_memory_percent,
+            latency_ms=self.max_model_latency_p99.to_milliseconds(),
+            period_s=self.period.to_seconds(),
+            evaluation_periods=self.evaluation_periods,
+            datapoints_to_alarm=self.datapoints_to_alarm,
+        )

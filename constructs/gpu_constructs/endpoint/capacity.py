@@ -1,5 +1,6 @@
 """How many instances may serve: the rules of target tracking (:func:`check_target_tracking`, used by
-:class:`~gpu_constructs.endpoint.scaling.EndpointAutoscaling`) and :class:`OffHoursSchedule`.
+:class:`~gpu_constructs.endpoint.scaling.EndpointAutoscaling`), of shifting traffic (:func:`check_shifting_capacity`,
+used by :class:`~gpu_constructs.endpoint.deployment.BlueGreenDeployment`) and :class:`OffHoursSchedule`.
 
 No ``aws_cdk`` here: the config model checks its settings with these rules without loading the CDK.
 """
@@ -102,6 +103,28 @@ def _check_metric(
             metric,
             "'backlog_per_instance' when min_capacity is 0 (only a backlog can wake a scaled-to-zero endpoint)",
         )
+
+
+def step_name(traffic: str) -> str:
+    """What a step of ``CANARY`` or ``LINEAR`` traffic is called in messages."""
+    return "canary size" if traffic == "CANARY" else "linear step"
+
+
+def check_shifting_capacity(
+    where: str, traffic: str, count: int, *, single: str = "BlueGreenDeployment.all_at_once()"
+) -> None:
+    """Raise a :class:`~gpu_constructs.endpoint.base.SettingError` when ``CANARY`` or ``LINEAR`` traffic starts on
+    fewer than 2 instances (``single``: what the message offers for a single instance instead)."""
+    if traffic == "ALL_AT_ONCE" or is_token(count) or count >= 2:
+        return
+    raise invalid(
+        where,
+        "initial_instance_count",
+        count,
+        f"2 or more instances: a {step_name(traffic)} of at most 50 % cannot be carved out of one instance; "
+        f"use {single} for a single instance",
+        name=f"initial_instance_count with {traffic} traffic",
+    )
 
 
 @dataclass(frozen=True)

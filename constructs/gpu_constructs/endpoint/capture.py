@@ -14,6 +14,7 @@ from aws_cdk import aws_sns as sns
 
 from gpu_constructs.endpoint.acknowledgments import ASYNC_PREFIX_REASON, CAPTURE_PREFIX_REASON
 from gpu_constructs.endpoint.base import check_prefix, invalid, join_prefix
+from gpu_constructs.endpoint.checks import check_async_concurrency, check_data_capture
 from gpu_constructs.endpoint.model_data import grant_objects
 
 #: Object-key patterns with a wildcard that a binding granted, each with the reason it is safe.
@@ -44,16 +45,12 @@ class DataCapture:
 
     def validate(self, where: str) -> None:
         """Raise a :class:`~gpu_constructs.endpoint.base.SettingError` naming ``where`` for a bad value."""
-        if not 0 <= self.sampling_percentage <= 100:
-            raise invalid(where, "data_capture.sampling_percentage", self.sampling_percentage, "an integer in [0, 100]")
-        if not (self.capture_input or self.capture_output):
-            raise invalid(
-                where,
-                "data_capture.capture_input",
-                (False, False),
-                "at least one of them True",
-                name="data_capture capture_input/capture_output",
-            )
+        check_data_capture(
+            where,
+            sampling_percentage=self.sampling_percentage,
+            capture_input=self.capture_input,
+            capture_output=self.capture_output,
+        )
         check_prefix(where, "data_capture.prefix", self.prefix)
 
     def bind(self, role: iam.IRole, endpoint_name: str, default_key: kms.IKey) -> tuple[Any, WildcardObjects]:
@@ -111,11 +108,7 @@ class AsyncInference:
         The rule that ties ``include_response_in_notifications`` to the topics is :meth:`validate_topics`
         (the endpoint checks it; a config without topics has its own key for them).
         """
-        limit = self.max_concurrent_invocations_per_instance
-        if limit is not None and not 1 <= limit <= 1000:
-            raise invalid(
-                where, "async_inference.max_concurrent_invocations_per_instance", limit, "an integer in [1, 1000]"
-            )
+        check_async_concurrency(where, self.max_concurrent_invocations_per_instance)
         check_prefix(where, "async_inference.prefix", self.prefix)
 
     def validate_topics(self, where: str) -> None:

@@ -18,7 +18,7 @@ from gpu_constructs.endpoint.base import (
     STEP_PERCENT_RANGE,
     invalid,
 )
-from gpu_constructs.errors import is_token
+from gpu_constructs.endpoint.capacity import check_shifting_capacity, step_name
 
 TrafficShift = Literal["ALL_AT_ONCE", "CANARY", "LINEAR"]
 
@@ -108,7 +108,7 @@ class BlueGreenDeployment:
         """Raise a :class:`~gpu_constructs.endpoint.base.SettingError` naming ``where`` for a bad value."""
         self._validate_traffic_step(where)
         self._validate_bake_times(where)
-        self._validate_shifting_capacity(where, initial_instance_count)
+        check_shifting_capacity(where, self.traffic, initial_instance_count)
         self._validate_max_execution_timeout(where)
 
     def _validate_traffic_step(self, where: str) -> None:
@@ -126,12 +126,8 @@ class BlueGreenDeployment:
                 "deployment.step_percent",
                 step,
                 f"{low} to {high} percent of the variant's capacity",
-                name=f"deployment.step_percent ({self._step_name})",
+                name=f"deployment.step_percent ({step_name(self.traffic)})",
             )
-
-    @property
-    def _step_name(self) -> str:
-        return "canary size" if self.traffic == "CANARY" else "linear step"
 
     def _validate_bake_times(self, where: str) -> None:
         for setting, value in (
@@ -141,18 +137,6 @@ class BlueGreenDeployment:
             seconds = value.to_seconds()
             if not 0 <= seconds <= MAX_BAKE_S:
                 raise invalid(where, setting, seconds, f"0 to {MAX_BAKE_S} seconds", name=f"{setting} (seconds)")
-
-    def _validate_shifting_capacity(self, where: str, count: int) -> None:
-        if self.traffic == "ALL_AT_ONCE" or is_token(count) or count >= 2:
-            return
-        raise invalid(
-            where,
-            "deployment.traffic",
-            count,
-            f"2 or more instances: a {self._step_name} of at most 50 % cannot be carved out of one instance; "
-            "use BlueGreenDeployment.all_at_once() for a single instance",
-            name=f"initial_instance_count with {self.traffic} traffic",
-        )
 
     def _validate_max_execution_timeout(self, where: str) -> None:
         if self.max_execution_timeout is None:
