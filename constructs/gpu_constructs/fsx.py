@@ -169,8 +169,11 @@ class FileSystemChannelSource(Construct):
         return self._connections
 
     def _channel_target(self, path: str | None) -> tuple[str, str]:
-        """``(file system id, DirectoryPath)`` of the channel that mounts ``path`` (None: the default)."""
-        raise NotImplementedError
+        """``(file system id, DirectoryPath)`` of the channel that mounts ``path`` (None: the default).
+
+        Each file system class defines it (Lustre: ``/<mount name>/<path>``; EFS: an absolute path).
+        """
+        raise TypeError(f"{type(self).__name__} does not define the SageMaker channel target of its file system")
 
     def sagemaker_channel(
         self,

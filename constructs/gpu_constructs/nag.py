@@ -20,6 +20,7 @@ from aws_cdk import aws_kms as kms
 from constructs import IConstruct, IValidation
 
 from gpu_constructs.errors import ValidationError, path_of
+from gpu_constructs.rules._rule import as_list  # one home for the policy-field reader (CDK-free)
 
 AWS_SOLUTIONS = "AwsSolutions"
 HIPAA = "HIPAA.Security"
@@ -115,13 +116,6 @@ def flatten_reference(node: Any) -> str:
         if "Ref" in node:
             return f"<{flatten_reference(node['Ref'])}>"
     return json.dumps(node, separators=(",", ":"))
-
-
-def as_list(value: Any) -> list[Any]:
-    """A policy field (``Action``/``Resource``: one value or a list) as a list."""
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
 
 
 class AllowStatement(NamedTuple):

@@ -11,7 +11,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_constructs.rules._rule import as_list, flatten
+from gpu_constructs.rules._rule import as_list, service_principals
 
 #: Global condition keys that pin a service principal to the account / resource it acts for (IAM User Guide,
 #: "The confused deputy problem", https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html, and
@@ -69,20 +69,12 @@ def wildcard_principal(statement: Mapping[str, Any]) -> bool:
     return isinstance(principal, Mapping) and "*" in as_list(principal.get("AWS"))
 
 
-def services(statement: Mapping[str, Any]) -> list[str]:
-    """The service principals of a statement, as text (tokens render as ``${...}``)."""
-    principal = statement.get("Principal")
-    if not isinstance(principal, Mapping):
-        return []
-    return [flatten(s) for s in as_list(principal.get("Service"))]
-
-
 def admits_service(statement: Mapping[str, Any], service: str) -> bool:
     """True when an Allow statement names ``service`` as principal, or has a wildcard principal that no condition
     narrows to account principals (such a statement admits AWS services too)."""
     if not is_allow(statement):
         return False
-    if service in services(statement):
+    if service in service_principals(statement):
         return True
     if wildcard_principal(statement):
         return not any(key.startswith(PRINCIPAL_CONDITION_KEYS) for key in condition_keys(statement))

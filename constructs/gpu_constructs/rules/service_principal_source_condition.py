@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_constructs.rules import _policy as policy
-from gpu_constructs.rules._rule import NOT_APPLICABLE, Resource, Result, rule, statements
+from gpu_constructs.rules._rule import NOT_APPLICABLE, Resource, Result, rule, service_principals, statements
 
 #: The policy property of each resource type the rule reads.
 POLICY_PROPERTIES: dict[str, str] = {
@@ -120,7 +120,7 @@ def check(resource: Resource) -> Result:
             continue
         findings += [
             service
-            for service in policy.services(statement)
+            for service in service_principals(statement)
             if not _documented_alternative(resource.type, service, statement)
         ]
     return findings
