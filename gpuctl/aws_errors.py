@@ -45,6 +45,41 @@ def _error_code(exc: BaseException) -> tuple[str, str]:
     return str(error.get("Code", "")), str(error.get("Message", str(exc)))
 
 
+#: Error codes whose explanation needs only the request's facts: (codes, what went wrong, the next step).
+#: ``what`` is a ``str.format`` template over ``api`` and ``request`` (the operation, or "this API" / "the
+#: request" without one), ``operation_note`` (`` (<operation>)`` or nothing), ``where`` (`` in <region>`` or
+#: nothing), ``message``, ``code`` and ``job_name``. :func:`explain` tries the codes it words differently first.
+_BY_CODE: tuple[tuple[frozenset[str], str, str], ...] = (
+    (
+        frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"}),
+        "Your AWS identity may not call {api}{where}: {message}",
+        "use a role that has the training setup's job permissions (TrainingPipeline.grant_run_jobs: create, "
+        "describe and stop jobs with the setup's prefix and pass its execution role); check who you are "
+        "with aws sts get-caller-identity",
+    ),
+    (
+        frozenset({"ExpiredToken", "ExpiredTokenException", "RequestExpired", "InvalidClientTokenId"}),
+        "Your AWS credentials are expired or invalid ({code}).",
+        "sign in again (aws sso login) or refresh the credentials of AWS_PROFILE",
+    ),
+    (
+        frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException"}),
+        "AWS throttled {request}: {message}",
+        "wait a minute and run the command again",
+    ),
+    (
+        frozenset({"ResourceInUse"}),
+        "A job named {job_name!r} already exists{where}: {message}",
+        "choose another name (--job-name) or leave it out to get a new one",
+    ),
+    (
+        frozenset({"ValidationException", "ValidationError"}),
+        "AWS rejected the request{operation_note}: {message}",
+        "fix the value the message names; gpuctl train --dry-run prints the exact request",
+    ),
+)
+
+
 def explain(
     exc: BaseException,
     *,
@@ -85,32 +120,6 @@ def explain(
             "retry later, use managed spot with a longer max wait, or pick another GPU type or region",
             code,
         )
-    if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"):
-        return AwsProblem(
-            f"Your AWS identity may not call {operation or 'this API'}{where}: {message}",
-            "use a role that has the training setup's job permissions (TrainingPipeline.grant_run_jobs: create, "
-            "describe and stop jobs with the setup's prefix and pass its execution role); check who you are "
-            "with aws sts get-caller-identity",
-            code,
-        )
-    if code in ("ExpiredToken", "ExpiredTokenException", "RequestExpired", "InvalidClientTokenId"):
-        return AwsProblem(
-            f"Your AWS credentials are expired or invalid ({code}).",
-            "sign in again (aws sso login) or refresh the credentials of AWS_PROFILE",
-            code,
-        )
-    if code in ("ThrottlingException", "Throttling", "TooManyRequestsException"):
-        return AwsProblem(
-            f"AWS throttled {operation or 'the request'}: {message}",
-            "wait a minute and run the command again",
-            code,
-        )
-    if code == "ResourceInUse":
-        return AwsProblem(
-            f"A job named {job_name!r} already exists{where}: {message}",
-            "choose another name (--job-name) or leave it out to get a new one",
-            code,
-        )
     if code == "ResourceNotFound" or (code == "ValidationException" and "not found" in message.lower()):
         return AwsProblem(
             f"No training job named {job_name!r} was found{where}: {message}",
@@ -123,12 +132,18 @@ def explain(
             f"deploy it (npx cdk deploy {stack_name} -c env=<env>), or pass --stack / --region / --spec",
             code,
         )
-    if code in ("ValidationException", "ValidationError"):
-        return AwsProblem(
-            f"AWS rejected the request{f' ({operation})' if operation else ''}: {message}",
-            "fix the value the message names; gpuctl train --dry-run prints the exact request",
-            code,
-        )
+    for codes, what, next_step in _BY_CODE:
+        if code in codes:
+            facts = {
+                "api": operation or "this API",
+                "request": operation or "the request",
+                "operation_note": f" ({operation})" if operation else "",
+                "where": where,
+                "message": message,
+                "code": code,
+                "job_name": job_name,
+            }
+            return AwsProblem(what.format(**facts), next_step, code)
     return AwsProblem(
         f"{operation or 'The request'} failed{where}: {code or name}: {message}",
         "read the message above; run with --dry-run to see the request, or retry if the error is transient",

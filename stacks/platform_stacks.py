@@ -24,6 +24,18 @@ from stacks.training_stack import TrainingStack, training_stack_name
 
 _S = TypeVar("_S", bound=cdk.Stack)
 
+#: What each stack of the platform holds: its description, after the environment's name.
+_HOLDS: dict[type[cdk.Stack], str] = {
+    NetworkStack: "private VPC, endpoints, flow logs",
+    DataStack: "KMS keys and S3 buckets",
+    StorageStack: "FSx for Lustre linked to the datasets bucket",
+    ImagesStack: "training and inference container images",
+    TrainingStack: "training pipeline, job roles, dashboard and alarms",
+    InferenceStack: "SageMaker GPU endpoints, autoscaling, alarms, dashboards",
+    FleetStack: "EC2 GPU fleets on Deep Learning AMIs, GPU notebooks",
+    GitOpsStack: "OIDC deploy role for GitOps runners",
+}
+
 
 @dataclass
 class PlatformStacks:
@@ -56,54 +68,41 @@ def build_platform_stacks(scope: Construct, config: EnvConfig) -> PlatformStacks
     prefix = config.resource_prefix
     common: dict[str, Any] = {"config": config, "env": env, "termination_protection": config.termination_protection}
 
-    def stack(cls: type[_S], name: str, what: str, **props: Any) -> _S:
+    def stack(cls: type[_S], name: str, **props: Any) -> _S:
         """One stack of the platform: its construct id is its stack name; its description names the environment."""
-        description = f"GPU platform ({config.env_name}): {what}"
+        description = f"GPU platform ({config.env_name}): {_HOLDS[cls]}"
         return cls(scope, name, stack_name=name, description=description, **props, **common)
 
-    network = stack(NetworkStack, f"{prefix}-network", "private VPC, endpoints, flow logs")
-    data = stack(DataStack, f"{prefix}-data", "KMS keys and S3 buckets")
+    def optional(enabled: bool, cls: type[_S], name: str, **props: Any) -> _S | None:
+        """A stack the config may leave out: :func:`stack` where ``enabled``, else ``None``."""
+        return stack(cls, name, **props) if enabled else None
+
+    network = stack(NetworkStack, f"{prefix}-network")
+    data = stack(DataStack, f"{prefix}-data")
     # What the stacks that run workloads take from the network and data stacks.
     shared: dict[str, Any] = {"network": network.network, "storage": data.storage}
-    storage = stack(StorageStack, f"{prefix}-storage", "FSx for Lustre linked to the datasets bucket", **shared)
-    images = stack(ImagesStack, f"{prefix}-images", "training and inference container images")
-    training = None
-    if config.training.enabled:
-        training = stack(
-            TrainingStack,
-            training_stack_name(prefix),
-            "training pipeline, job roles, dashboard and alarms",
-            image=images.training_image,
-            lustre=storage.lustre,
-            **shared,
-        )
-    inference = None
-    if config.inference.enabled:
-        inference = stack(
-            InferenceStack,
-            inference_stack_name(prefix),
-            "SageMaker GPU endpoints, autoscaling, alarms, dashboards",
-            image=images.inference_image,
-            **shared,
-        )
-    fleets = None
-    if config.fleets.enabled:
-        fleets = stack(
-            FleetStack,
-            fleets_stack_name(prefix),
-            "EC2 GPU fleets on Deep Learning AMIs, GPU notebooks",
-            lustre=storage.lustre,
-            **shared,
-        )
-    gitops = None
-    if config.gitops.oidc_deploy_role is not None or config.gitops.oidc_diff_role is not None:
-        gitops = stack(
-            GitOpsStack,
-            f"{prefix}-gitops",
-            "OIDC deploy role for GitOps runners",
-            deploy=config.gitops.oidc_deploy_role,
-            diff=config.gitops.oidc_diff_role,
-        )
+    storage = stack(StorageStack, f"{prefix}-storage", **shared)
+    images = stack(ImagesStack, f"{prefix}-images")
+    lustre = storage.lustre
+    training = optional(
+        config.training.enabled,
+        TrainingStack,
+        training_stack_name(prefix),
+        image=images.training_image,
+        lustre=lustre,
+        **shared,
+    )
+    inference = optional(
+        config.inference.enabled, InferenceStack, inference_stack_name(prefix), image=images.inference_image, **shared
+    )
+    fleets = optional(config.fleets.enabled, FleetStack, fleets_stack_name(prefix), lustre=lustre, **shared)
+    gitops = optional(
+        config.gitops.oidc_deploy_role is not None or config.gitops.oidc_diff_role is not None,
+        GitOpsStack,
+        f"{prefix}-gitops",
+        deploy=config.gitops.oidc_deploy_role,
+        diff=config.gitops.oidc_diff_role,
+    )
     for key, value in sorted(config.tags.items()):
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(config, network, data, storage, images, training, inference, fleets, gitops)

@@ -232,50 +232,8 @@ class GpuNetwork(Construct):
         self.flow_logs_key: kms.IKey | None = None
         self.flow_log_group: logs.ILogGroup | None = None
         if vpc is None:
-            if not availability_zones:
-                raise ValidationError(
-                    path_of(self),
-                    "availability_zones is required when no existing vpc is given; allowed: e.g. "
-                    "['us-east-1a', 'us-east-1b']",
-                )
-            subnets = [
-                ec2.SubnetConfiguration(
-                    name=name,
-                    subnet_type=(
-                        ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
-                    ),
-                    cidr_mask=subnet_cidr_mask,
-                )
-                for name in (TRAINING_SUBNETS, ENDPOINT_SUBNETS, FLEET_SUBNETS)
-            ]
-            if nat_gateways:
-                subnets.insert(
-                    0,
-                    ec2.SubnetConfiguration(
-                        name="Public",
-                        subnet_type=ec2.SubnetType.PUBLIC,
-                        cidr_mask=subnet_cidr_mask,
-                        map_public_ip_on_launch=False,
-                    ),
-                )
-            new_vpc = ec2.Vpc(
-                self,
-                "Vpc",
-                ip_addresses=ec2.IpAddresses.cidr(cidr),
-                availability_zones=list(availability_zones),
-                nat_gateways=nat_gateways,
-                subnet_configuration=subnets,
-                enable_dns_hostnames=True,
-                enable_dns_support=True,
-                restrict_default_security_group=True,
-            )
-            for subnet in new_vpc.public_subnets:
-                route = subnet.node.try_find_child("DefaultRoute")
-                if route is not None:
-                    nag.acknowledge_compliance(route, "VPCNoUnrestrictedRouteToIGW", NAT_ROUTE_REASON)
-            self._skip_default_sg_provider_checks()
-            self._add_flow_logs(new_vpc, flow_logs_key, flow_logs_retention, removal_policy)
-            vpc = new_vpc
+            vpc = self._new_vpc(availability_zones, cidr, subnet_cidr_mask, nat_gateways)
+            self._add_flow_logs(vpc, flow_logs_key, flow_logs_retention, removal_policy)
         self._adopted = not isinstance(vpc, ec2.Vpc) or vpc.node.scope is not self
         self.vpc: ec2.IVpc = vpc
 
@@ -303,22 +261,60 @@ class GpuNetwork(Construct):
             description="Interface VPC endpoints: HTTPS from the platform workload security groups",
             allow_all_outbound=False,
         )
-        self.interface_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
-        for name in endpoint_names:
-            service = getattr(ec2.InterfaceVpcEndpointAwsService, DEFAULT_INTERFACE_ENDPOINTS[name])
-            endpoint = vpc.add_interface_endpoint(
-                f"{_pascal(name)}Endpoint",
-                service=service,
-                private_dns_enabled=True,
-                open=False,
-                security_groups=[self.endpoint_security_group_for_vpce],
-                subnets=self._workload_subnets.get(ENDPOINT_SUBNETS) or self._endpoint_subnets(vpc),
-            )
-            self.interface_endpoints[name] = endpoint
+        self.interface_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {
+            name: self._add_interface_endpoint(vpc, name) for name in endpoint_names
+        }
         for sg in self.workload_security_groups:
             self.endpoint_security_group_for_vpce.connections.allow_from(
                 sg, ec2.Port.tcp(443), f"HTTPS to AWS APIs from {sg.node.id}"
             )
+
+    # -- the new VPC ------------------------------------------------------------------------------------
+
+    def _new_vpc(
+        self, availability_zones: Sequence[str] | None, cidr: str, subnet_cidr_mask: int, nat_gateways: int
+    ) -> ec2.Vpc:
+        """The VPC of this network when none is adopted: the workload subnet groups (and a public one for NAT
+        gateways) in ``availability_zones``, the default security group closed, the NAT routes acknowledged."""
+        if not availability_zones:
+            raise ValidationError(
+                path_of(self),
+                "availability_zones is required when no existing vpc is given; allowed: e.g. "
+                "['us-east-1a', 'us-east-1b']",
+            )
+        vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
+            availability_zones=list(availability_zones),
+            nat_gateways=nat_gateways,
+            subnet_configuration=self._subnet_configuration(subnet_cidr_mask, nat_gateways),
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            restrict_default_security_group=True,
+        )
+        for subnet in vpc.public_subnets:
+            route = subnet.node.try_find_child("DefaultRoute")
+            if route is not None:
+                nag.acknowledge_compliance(route, "VPCNoUnrestrictedRouteToIGW", NAT_ROUTE_REASON)
+        self._skip_default_sg_provider_checks()
+        return vpc
+
+    @staticmethod
+    def _subnet_configuration(cidr_mask: int, nat_gateways: int) -> list[ec2.SubnetConfiguration]:
+        """One private subnet group per workload kind (isolated without NAT gateways), after a public group
+        that holds only the NAT gateways when there are any."""
+        private_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
+        subnets = [
+            ec2.SubnetConfiguration(name=name, subnet_type=private_type, cidr_mask=cidr_mask)
+            for name in (TRAINING_SUBNETS, ENDPOINT_SUBNETS, FLEET_SUBNETS)
+        ]
+        if nat_gateways:
+            public = ec2.SubnetConfiguration(
+                name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=cidr_mask, map_public_ip_on_launch=False
+            )
+            subnets.insert(0, public)
+        return subnets
 
     # -- validation -------------------------------------------------------------------------------------
 
@@ -354,6 +350,18 @@ class GpuNetwork(Construct):
     def _workload_sg(self, construct_id: str, description: str, *, intra_group: bool) -> ec2.SecurityGroup:
         internal = "NCCL and EFA traffic between members of this group" if intra_group else None
         return cluster_security_group(self, construct_id, vpc=self.vpc, description=description, internal=internal)
+
+    def _add_interface_endpoint(self, vpc: ec2.IVpc, name: str) -> ec2.InterfaceVpcEndpoint:
+        """The interface endpoint ``name`` (a key of :data:`DEFAULT_INTERFACE_ENDPOINTS`) in the endpoint subnets,
+        with private DNS, open only to the endpoint security group."""
+        return vpc.add_interface_endpoint(
+            f"{_pascal(name)}Endpoint",
+            service=getattr(ec2.InterfaceVpcEndpointAwsService, DEFAULT_INTERFACE_ENDPOINTS[name]),
+            private_dns_enabled=True,
+            open=False,
+            security_groups=[self.endpoint_security_group_for_vpce],
+            subnets=self._workload_subnets.get(ENDPOINT_SUBNETS) or self._endpoint_subnets(vpc),
+        )
 
     @property
     def workload_security_groups(self) -> list[ec2.ISecurityGroup]:

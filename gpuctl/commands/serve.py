@@ -24,6 +24,9 @@ from gpuctl.commands import add_command
 #: The command's line in ``gpuctl --help``.
 SUMMARY = "serve a model.tar.gz or model directory locally with the inference image's server"
 
+#: The options the server's config takes as they are: each option's name is the config field's.
+_AS_GIVEN = ("host", "port", "max_batch_size", "max_batch_delay_ms", "queue_size", "num_threads")
+
 
 def register(subparsers: Any) -> None:
     parser = add_command(subparsers, "serve", SUMMARY, __doc__)
@@ -60,14 +63,9 @@ def run(args: argparse.Namespace) -> int:
             model_dir = extract_model_archive(model, Path(tmp)) if model.is_file() else model
             config = ServeConfig.from_env(
                 model_dir=model_dir,
-                host=args.host,
-                port=args.port,
-                max_batch_size=args.max_batch_size,
-                max_batch_delay_ms=args.max_batch_delay_ms,
-                queue_size=args.queue_size,
                 dtype=parse_dtype(args.dtype) if args.dtype else None,
                 device=args.device.lower() if args.device else None,
-                num_threads=args.num_threads,
+                **{name: getattr(args, name) for name in _AS_GIVEN},
             )
         except (ConfigError, ModelLoadError) as exc:
             print(f"gpuctl serve: {exc}", file=sys.stderr)

@@ -211,15 +211,15 @@ class EndpointAlarmsConfig(StrictModel):
     max_5xx_percent: float = Field(1.0, description="5xx responses, % of invocations (0-100]")
     max_model_latency_p99_ms: float = Field(1000, description="ModelLatency p99, milliseconds (> 0)")
     max_gpu_memory_percent: float = Field(90, description="GPU memory used, % per GPU (0-100]")
-    evaluation_periods: int = Field(3, description="One-minute periods evaluated (1-60)")
+    evaluation_periods: Annotated[int, Field(ge=1, le=60), Allowed()] = Field(
+        3, description="One-minute periods evaluated (1-60)"
+    )
     datapoints_to_alarm: int = Field(2, description="Breaching periods among them that fire the alarm")
 
     @model_validator(mode="after")
     def _rules(self) -> EndpointAlarmsConfig:
         from gpu_constructs.endpoint.checks import check_alarm_thresholds
 
-        if not 1 <= self.evaluation_periods <= 60:
-            raise ValueError(f"evaluation_periods: {self.evaluation_periods} is not allowed; allowed: 1..60")
         with library_rules(section="alarms.", keys={"alarms.max_model_latency_p99": "alarms.max_model_latency_p99_ms"}):
             check_alarm_thresholds(
                 "",

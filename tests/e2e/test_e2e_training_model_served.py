@@ -82,13 +82,17 @@ def _inputs(config: dict[str, Any], n: int, seed: int) -> torch.Tensor:
     return torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
+def _called_directly(model: torch.nn.Module, *batches: torch.Tensor) -> torch.Tensor:
+    """What ``model`` answers to ``batches`` called one after the other without any server, concatenated."""
+    with torch.inference_mode():
+        return torch.cat([model(batch) for batch in batches])
+
+
 def test_served_predictions_equal_direct_calls(
     served: ServerProcess, direct: tuple[ModuleType, torch.nn.Module], model_config: dict[str, Any]
 ) -> None:
-    _, model = direct
     x = _inputs(model_config, 3, seed=0)
-    with torch.inference_mode():
-        want = model(x)
+    want = _called_directly(direct[1], x)
 
     status, (body, headers) = _post(served, json.dumps({"instances": x.tolist()}).encode(), "application/json")
     assert status == 200 and headers["x-batch-size"] == "3"
@@ -107,8 +111,7 @@ def test_served_image_prediction_equals_the_handlers_own_pipeline(
     pixels = np.random.default_rng(4).integers(0, 256, size=(40, 50, 3), dtype=np.uint8)
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="PNG")
-    with torch.inference_mode():
-        want = model(handler.input_fn(buf.getvalue(), "image/png"))
+    want = _called_directly(model, handler.input_fn(buf.getvalue(), "image/png"))
     status, (body, _) = _post(served, buf.getvalue(), "image/png")
     assert status == 200 and torch.equal(torch.tensor(body["predictions"], dtype=torch.float32), want)
 
@@ -116,10 +119,8 @@ def test_served_image_prediction_equals_the_handlers_own_pipeline(
 def test_concurrent_requests_are_batched_and_still_correct(
     served: ServerProcess, direct: tuple[ModuleType, torch.nn.Module], model_config: dict[str, Any]
 ) -> None:
-    _, model = direct
     samples = _inputs(model_config, 12, seed=1)
-    with torch.inference_mode():
-        want = torch.cat([model(samples[i : i + 1]) for i in range(len(samples))])
+    want = _called_directly(direct[1], *samples.split(1))
     with ThreadPoolExecutor(max_workers=6) as pool:
         replies = list(pool.map(lambda s: _post(served, _npy(s[None].numpy()), "application/x-npy"), samples))
     assert all(status == 200 for status, _ in replies)

@@ -1151,6 +1151,7 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
     ),
     ("bake", M + "deployment: {wait_minutes: 90}", r"0..60 minutes"),
     ("deploy timeout", M + "deployment: {max_execution_timeout_minutes: 5}", r"10..480"),
+    ("periods", M + "alarms: {evaluation_periods: 61}", r"alarms\.evaluation_periods: 61: allowed: 1\.\.60"),
     (
         "5xx",
         M + "alarms: {max_5xx_percent: 0}",

@@ -62,27 +62,28 @@ def dev() -> TrainingJobSpec:
 
 
 @pytest.fixture(scope="module")
-def prod() -> TrainingJobSpec:
-    """Two p4d hosts, FSx for Lustre input, managed spot with checkpoints (the prod setup)."""
-    return TrainingJobSpec(
-        image_uri=IMAGE,
-        role_arn=ROLE,
+def prod(dev: TrainingJobSpec) -> TrainingJobSpec:
+    """Two p4d hosts, FSx for Lustre input, managed spot with checkpoints (the prod setup).
+
+    The dev spec with the prod setup's changes: image, role, metric definitions and VPC stay.
+    """
+    return replace(
+        dev,
         instance_type="ml.p4d.24xlarge",
         instance_count=2,
         output_s3_uri="s3://gpu-prod-artifacts/output/gpu-prod-train/",
         channels=(FsxChannel("train", "fs-0123456789abcdef0", "/abcdefgh/datasets/imagenet/{data_version}/train"),),
         hyperparameters={"epochs": "90"},
-        metric_definitions=tuple(METRIC_DEFINITIONS),
+        output_kms_key=None,
         spot=True,
         max_runtime=timedelta(hours=48),
         max_wait=timedelta(hours=96),
         checkpoint_s3_uri="s3://gpu-prod-artifacts/checkpoints/gpu-prod-train/",
-        subnets=("subnet-0123456789abcdef0",),
-        security_group_ids=("sg-0123456789abcdef0",),
         production=True,
         max_retry_attempts=2,
         cuda_version="12.8",
         job_name_prefix="gpu-prod-train",
+        tags={},
     )
 
 
