@@ -77,3 +77,18 @@ wheel: setup ## build the gpuctl + runtime wheel (dist/): the same bytes the fle
 
 clean: ## remove build outputs
 	rm -rf cdk.out dist .pytest_cache .mypy_cache .ruff_cache
+
+# The runtime's two compiled dependencies as wheels for the launcher zipapp (containers/training/vendor/README.md):
+# versions from containers/training/requirements.txt, one xxhash wheel per CPython of the AWS PyTorch DLCs.
+.PHONY: vendor-runtime
+VENDOR_DIR := containers/training/vendor
+VENDOR_PYTHONS := 3.10 3.11 3.12
+VENDOR_PIN = $(shell grep -E '^$(1)==' containers/training/requirements.txt)
+VENDOR_PIP := $(PY) -m pip download --quiet --no-deps --only-binary=:all: --implementation cp -d $(VENDOR_DIR)
+
+vendor-runtime: setup ## re-download the runtime's vendored wheels and check them against their SHA256SUMS
+	rm -f $(VENDOR_DIR)/*.whl
+	for version in $(VENDOR_PYTHONS); do \
+		$(VENDOR_PIP) --platform manylinux_2_17_x86_64 --python-version $$version "$(call VENDOR_PIN,xxhash)" || exit 1; done
+	$(VENDOR_PIP) --platform manylinux_2_17_x86_64 --python-version 3.12 "$(call VENDOR_PIN,nvidia-ml-py)"
+	cd $(VENDOR_DIR) && sha256sum -c SHA256SUMS

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 # Modules under gpuctl.commands, each with ``register(subparsers) -> None``.
 # A registered parser sets ``func`` (``Callable[[argparse.Namespace], int]``) via set_defaults.
-COMMAND_MODULES: tuple[str, ...] = ("shard", "doctor", "serve", "invoke", "train", "status", "logs", "stop")
+COMMAND_MODULES: tuple[str, ...] = ("shard", "doctor", "serve", "invoke", "train", "status", "logs", "stop", "vendor")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -197,6 +197,17 @@ def load_setup(args: argparse.Namespace, *, with_spec: bool = True) -> Setup:
         spec_prefix = json.loads(text).get("job_name_prefix") if text.strip().startswith("{") else None
         outputs = {OUTPUT_PREFIX: spec_prefix} if spec_prefix else {}
         return Setup(region=region, stack_name=None, outputs=outputs, spec_text=text)
+    synth_dir = getattr(args, "synth", None)
+    if synth_dir:
+        from gpuctl.synth_spec import SynthSpecError, load_synth_spec
+
+        region, stack = resolve_region_and_stack(args)
+        try:
+            text = load_synth_spec(Path(synth_dir), stack, region or "us-east-1")
+        except SynthSpecError as exc:
+            raise UsageError(f"--synth {synth_dir}: {exc}") from None
+        prefix = json.loads(text).get("job_name_prefix")
+        return Setup(region=region, stack_name=None, outputs={OUTPUT_PREFIX: prefix} if prefix else {}, spec_text=text)
     region, stack = resolve_region_and_stack(args)
     return describe_setup(region, stack, with_spec=with_spec)
 

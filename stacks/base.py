@@ -3,6 +3,7 @@ stacks the network and data stacks' shared resources), so every stack reads them
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import RemovalPolicy, Stack
@@ -11,6 +12,9 @@ from constructs import Construct
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
 from stacks.config import EnvConfig
+
+#: The repository's root: paths in config files (code folders, image build contexts) are relative to it.
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 
 
 def removal_policy(config: EnvConfig) -> RemovalPolicy:

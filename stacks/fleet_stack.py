@@ -8,7 +8,6 @@ Lustre file system when there is one (the storage stack admits the fleet securit
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Size
@@ -21,12 +20,11 @@ from gpu_constructs.notebook import GpuNotebook, NotebookPackage
 from gpu_constructs.retention import retention_days
 from gpu_constructs.topics import notification_topic
 from gpu_constructs.wheel import ensure_wheel
-from stacks.base import WorkloadStack
+from stacks.base import REPOSITORY_ROOT, WorkloadStack
 from stacks.config import ConfigError, EnvConfig, FleetGroupConfig, NotebookConfig
 from stacks.naming import pascal_case
 
 #: The repository root: its pyproject.toml says what the notebooks' wheel holds.
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def fleets_stack_name(prefix: str) -> str:
@@ -130,7 +128,7 @@ class FleetStack(WorkloadStack):
         else:
             # The platform's own wheel (pyproject.toml: gpuctl and the runtimes), shipped as an S3 asset:
             # nothing to upload before the first start.
-            package = NotebookPackage.from_wheel_file(ensure_wheel(REPO_ROOT))
+            package = NotebookPackage.from_wheel_file(ensure_wheel(REPOSITORY_ROOT))
         construct = GpuNotebook(
             self,
             f"{pascal_case(notebook.name)}Notebook",

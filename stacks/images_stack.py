@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Duration
@@ -13,10 +12,8 @@ from constructs import Construct
 
 from gpu_constructs.images import GpuImage, ImageUsage
 from gpu_constructs.keys import new_key
-from stacks.base import PlatformStack
+from stacks.base import REPOSITORY_ROOT, PlatformStack
 from stacks.config import ImageSpec
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class ImagesStack(PlatformStack):
@@ -67,7 +64,7 @@ class ImagesStack(PlatformStack):
             )
         # What a CodeBuild build and a local Docker asset both build from.
         source: dict[str, Any] = {
-            "directory": ROOT / (spec.directory or f"containers/{usage}"),
+            "directory": REPOSITORY_ROOT / (spec.directory or f"containers/{usage}"),
             "usage": usage,
             "cuda_version": spec.cuda_version,
             "build_args": spec.build_args,

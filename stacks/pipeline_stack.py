@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import jsii
@@ -40,10 +39,9 @@ from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.removal import for_named_resource
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import SecureBucket
+from stacks.base import REPOSITORY_ROOT
 from stacks.config import EnvConfig, PipelineConfig, load_config
 from stacks.stage import PlatformStage, stage_id
-
-ROOT = Path(__file__).resolve().parent.parent
 
 #: CodeBuild image of every step: Ubuntu 22.04 with Python 3.11 and Node.js 20.
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
@@ -56,7 +54,7 @@ def pipeline_stack_name(prefix: str) -> str:
 
 def cdk_cli_version() -> str:
     """The CDK CLI version package.json pins (``make synth`` uses it; so do the pipeline's steps)."""
-    package = json.loads((ROOT / "package.json").read_text())
+    package = json.loads((REPOSITORY_ROOT / "package.json").read_text())
     return str(package["devDependencies"]["aws-cdk"])
 
 

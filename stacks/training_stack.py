@@ -26,8 +26,9 @@ from gpu_constructs.training import TrainingImageLike, TrainingPipeline
 from gpu_constructs.training_spec import DATA_VERSION_PLACEHOLDER, Channel, FsxChannel, S3Channel
 from gpu_train import hyperparameters as runtime_hyperparameters
 from gpu_train.metrics import METRIC_DEFINITIONS
-from stacks.base import WorkloadStack
+from stacks.base import REPOSITORY_ROOT, WorkloadStack
 from stacks.config import ConfigError, TrainingConfig
+from stacks.config.training import TrainingCodeConfig
 from stacks.image_parameter import image_from_parameter
 
 #: Outputs ``gpuctl`` reads (CloudFormation DescribeStacks).
@@ -60,7 +61,9 @@ class TrainingStack(WorkloadStack):
         config, network, storage = self.config, self.network, self.storage
         training = config.training
         image = image_from_parameter(self, image, config, "training")
-        check_hyperparameters(training)
+        code = training.code
+        if code is None:
+            check_hyperparameters(training)  # the built-in trainer's own parser
         prefix = f"{config.resource_prefix}-{training.name}"
         channels, subnets = training_channels(training, storage, lustre)
         self.pipeline = TrainingPipeline(
@@ -75,7 +78,11 @@ class TrainingStack(WorkloadStack):
             dataset_prefix=training.dataset_prefix,
             volume_size=Size.gibibytes(training.volume_size_gb),
             hyperparameters=training.hyperparameters,
-            metric_definitions=METRIC_DEFINITIONS,
+            metric_definitions=(
+                METRIC_DEFINITIONS
+                if code is None
+                else [{"Name": name, "Regex": regex} for name, regex in sorted(code.metrics.items())]
+            ),
             max_runtime=training.max_runtime(),
             spot=training.spot,
             max_wait=training.max_wait(),
@@ -94,6 +101,8 @@ class TrainingStack(WorkloadStack):
             notification_emails=training.notification_emails,
             alarm_thresholds=training.alarms.thresholds(),
             tags={"gpu-platform:setup": prefix, **dict(sorted(config.tags.items()))},
+            **code_options(code),
+            package_index=network.reachability(TRAINING_SUBNETS).internet and not training.network_isolation,
         )
         pipeline = self.pipeline
         CfnOutput(self, OUTPUT_STATE_MACHINE, value=pipeline.state_machine.state_machine_arn)
@@ -108,6 +117,19 @@ class TrainingStack(WorkloadStack):
         CfnOutput(self, OUTPUT_DASHBOARD, value=pipeline.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_TOPIC, value=pipeline.topic.topic_arn)
         CfnOutput(self, OUTPUT_LOG_GROUP, value=pipeline.log_group.log_group_name)
+
+
+def code_options(code: TrainingCodeConfig | None) -> dict[str, Any]:
+    """The pipeline's code arguments: the configured folder (relative to the repository root), or none (the
+    built-in trainer)."""
+    if code is None:
+        return {}
+    return {
+        "source_dir": REPOSITORY_ROOT / code.source_dir,
+        "entry_point": code.entry_point,
+        "distribution": code.distribution,
+        "framework": code.framework,
+    }
 
 
 def check_hyperparameters(training: TrainingConfig) -> None:

@@ -39,7 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WHEEL_NAME_ALLOWED", "WHEEL_NAME_RE", "WheelSpec", "build_wheel", "ensure_wheel", "load_spec", "main"]
+__all__ = [
+    "WHEEL_NAME_ALLOWED",
+    "WHEEL_NAME_RE",
+    "WheelSpec",
+    "build_wheel",
+    "ensure_wheel",
+    "load_spec",
+    "main",
+    "write_once",
+]
 
 #: A wheel file name (PEP 427): pip installs a local file only under such a name.
 WHEEL_NAME_RE = re.compile(
@@ -179,12 +188,14 @@ def build_wheel(spec: WheelSpec) -> tuple[str, bytes]:
     return spec.filename, buffer.getvalue()
 
 
-@functools.lru_cache(maxsize=4)
-def ensure_wheel(root: Path, cache_dir: Path | None = None) -> Path:
-    """The wheel of ``root`` as a file, written once per content into a cache folder (default: the
-    system temp folder). The path is stable for the same content, so synth reads no changed file."""
-    name, data = build_wheel(load_spec(root))
-    base = cache_dir or Path(tempfile.gettempdir()) / f"gpu-platform-wheel-{getpass.getuser()}"
+def write_once(name: str, data: bytes, cache_dir: Path | None = None, *, kind: str = "wheel") -> Path:
+    """``data`` as the file ``<cache>/<first 32 hex digits of its SHA-256>/<name>``, written only when that
+    file is missing or holds other bytes (then atomically: a temporary file in the same folder, renamed).
+
+    The cache folder is ``cache_dir``, else ``gpu-platform-<kind>-<user>`` in the system temp folder. The path
+    depends only on the content and the name, so a CDK asset that points at it sees the same path (and the
+    same hash) on every synth of the same content, and no half-written file."""
+    base = cache_dir or Path(tempfile.gettempdir()) / f"gpu-platform-{kind}-{getpass.getuser()}"
     target = base / hashlib.sha256(data).hexdigest()[:32] / name
     if not target.is_file() or target.read_bytes() != data:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -193,6 +204,15 @@ def ensure_wheel(root: Path, cache_dir: Path | None = None) -> Path:
         os.chmod(handle.name, 0o644)
         os.replace(handle.name, target)
     return target
+
+
+@functools.lru_cache(maxsize=4)
+def ensure_wheel(root: Path, cache_dir: Path | None = None) -> Path:
+    """The wheel of ``root`` as a file, written once per content into a cache folder (default: the
+    system temp folder, see :func:`write_once`). The path is stable for the same content, so synth reads
+    no changed file."""
+    name, data = build_wheel(load_spec(root))
+    return write_once(name, data, cache_dir, kind="wheel")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

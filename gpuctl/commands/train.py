@@ -9,6 +9,12 @@ catalog, SageMaker's service model, the platform's rules) and sent with boto3 Cr
     gpuctl train --env prod -p epochs=30 --data-version v3
     gpuctl train --instance-type ml.g5.12xlarge --dry-run     # print the exact request, send nothing
     gpuctl train --pipeline                        # run the deployed state machine instead (prepare step ...)
+    gpuctl train --source-dir ./src --entry-point train.py -p lr=0.1 --instance-count 2   # your own script
+    gpuctl train --synth --local --source-dir ./src --channel train=./data  # the request on this machine, no AWS
+
+Your own code (``--source-dir``) is packaged (``.gpuignore`` honoured, 100 MiB at most), content-addressed and
+uploaded once with the artifacts KMS key to ``code/<prefix>/<sha256>/sourcedir.tar.gz``; the platform's launcher
+runs it on the setup's image (the stock PyTorch DLC too) with torchrun over every GPU and host.
 
 Errors from AWS are explained in plain words with the next step (quota, capacity, access, validation).
 gpuctl status, gpuctl logs and gpuctl stop share the options to find the setup (:mod:`gpuctl.training_setup`).
@@ -21,6 +27,7 @@ import datetime as _dt
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,14 @@ def register(subparsers: Any) -> None:
     parser = add_command(subparsers, "train", SUMMARY, __doc__)
     add_setup_options(parser)
     parser.add_argument("--spec", help="local job spec JSON (as saved by --save-spec) instead of the deployed stack")
+    parser.add_argument(
+        "--synth",
+        nargs="?",
+        const="cdk.out",
+        metavar="CDK_OUT",
+        help="the job spec of the synthesized app (make synth; default cdk.out), deploy-time values as placeholders: "
+        "--dry-run and --local without an AWS account",
+    )
     parser.add_argument("--job-name", help="job name (default: <prefix>-<UTC timestamp>)")
     parser.add_argument("--instance-type", help="override the instance type (an ml.* NVIDIA GPU training type)")
     parser.add_argument("--data-version", help="override the data version (the {data_version} part of the input URIs)")
@@ -65,18 +80,46 @@ def register(subparsers: Any) -> None:
         help="start an execution of the deployed state machine instead of calling CreateTrainingJob",
     )
     parser.add_argument("--prepare", action="store_true", help="with --pipeline: run the prepare (shard) step first")
+    code = parser.add_argument_group("your own code (default: the setup's code, the built-in trainer)")
+    code.add_argument("--source-dir", type=Path, help="folder of your training code (packaged and uploaded)")
+    code.add_argument("--entry-point", help="script in --source-dir to run (default: train.py)")
+    code.add_argument("--distribution", choices=("auto", "torchrun", "single"), help="how the launcher starts it")
+    code.add_argument("--framework", choices=("auto", "pytorch", "tensorflow"), help="the GPU check before it")
+    code.add_argument("--instance-count", type=int, help="hosts of the job (multi-host: torchrun on every host)")
+    code.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a metric SageMaker reads from the log (repeatable; replaces the setup's metric definitions)",
+    )
+    local = parser.add_argument_group("local run (no AWS, no Docker)")
+    local.add_argument("--local", action="store_true", help="run the exact request on this machine in a temp /opt/ml")
+    local.add_argument(
+        "--channel",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="--local: the local folder of an input channel (repeatable)",
+    )
+    local.add_argument("--output", type=Path, help="--local: where model.tar.gz is left (default: ./local-output/JOB)")
     parser.add_argument("--wait", action="store_true", help="wait for the job to end and print its status")
     parser.set_defaults(func=run)
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    overrides: dict[str, str] = {}
+    return parse_pairs(items, "-p", "epochs=30", allow_empty=True)
+
+
+def parse_pairs(items: Sequence[str], option: str, example: str, *, allow_empty: bool = False) -> dict[str, str]:
+    """``NAME=VALUE`` options as a dict (``-p``, ``--metric``, ``--channel``)."""
+    pairs: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"-p {item!r} is not NAME=VALUE; allowed: e.g. -p epochs=30")
-        overrides[name.strip()] = value.strip()
-    return overrides
+        if not sep or not name.strip() or not (value.strip() or allow_empty):
+            raise UsageError(f"{option} {item!r} is not NAME=VALUE; allowed: e.g. {option} {example}")
+        pairs[name.strip()] = value.strip()
+    return pairs
 
 
 def check_runtime_hyperparameters(values: Mapping[str, str]) -> None:
@@ -96,14 +139,92 @@ def default_job_name(prefix: str | None, now: _dt.datetime | None = None) -> str
     return f"{prefix or 'train'}-{stamp}"
 
 
-def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
-    """(spec, validated CreateTrainingJob request, job name)."""
+@dataclass
+class CodeUpload:
+    """A packaged ``--source-dir``: where it goes and its bytes (uploaded only when not there yet)."""
+
+    bucket: str
+    key: str
+    data: bytes
+    files: int
+    sha256: str
+
+
+def with_code(spec: Any, args: argparse.Namespace) -> tuple[Any, CodeUpload | None]:
+    """The spec with the command line's code options; a packaged ``--source-dir`` to upload."""
+    from gpu_constructs.errors import ValidationError
+    from gpu_constructs.training_spec.code import DEFAULT_ENTRY_POINT
+    from gpu_constructs.training_spec.code_package import code_s3_key, package_source_dir
+
+    code = spec.code
+    changes: dict[str, Any] = {}
+    if args.instance_count is not None:
+        changes["instance_count"] = args.instance_count
+    if args.metric:
+        metrics = parse_pairs(args.metric, "--metric", "loss='loss=([0-9.]+)'")
+        changes["metric_definitions"] = tuple({"Name": k, "Regex": v} for k, v in metrics.items())
+    wants_code = args.source_dir is not None or args.entry_point or args.distribution or args.framework
+    if code is None and wants_code:
+        raise UsageError(
+            "this setup's jobs run the image's own entry (its spec has no code); allowed: deploy the training "
+            "stack of this version (its jobs run code through the launcher), or leave out the code options"
+        )
+    upload = None
+    if code is not None:
+        code_changes: dict[str, Any] = {}
+        if args.entry_point and args.source_dir is None and code.builtin:
+            raise UsageError("--entry-point needs --source-dir (the setup's default code is the built-in trainer)")
+        if args.source_dir is not None:
+            entry_point = args.entry_point or DEFAULT_ENTRY_POINT
+            try:
+                package = package_source_dir(args.source_dir, entry_point)
+            except ValidationError as exc:
+                raise UsageError(f"--source-dir {args.source_dir}: {exc.detail}") from None
+            check_requirements_route(args.source_dir, package.files, code.package_index)
+            bucket, _prefix = _split_s3(code.upload_prefix or "")
+            if not bucket or not spec.job_name_prefix:
+                raise UsageError("the setup publishes no code upload prefix; allowed: redeploy the training stack")
+            key = code_s3_key(spec.job_name_prefix, package)
+            upload = CodeUpload(bucket, key, package.data, len(package.files), package.sha256)
+            code_changes.update(source_s3_uri=f"s3://{bucket}/{key}", entry_point=entry_point, builtin=False)
+        if args.distribution:
+            code_changes["distribution"] = args.distribution
+        if args.framework:
+            code_changes["framework"] = args.framework
+        if code_changes:
+            changes["code"] = replace(code, **code_changes)
+    return (spec.with_changes(**changes) if changes else spec), upload
+
+
+def check_requirements_route(source_dir: Path, files: Sequence[str], package_index: bool) -> None:
+    """Refuse, before any job exists, a ``requirements.txt`` the job could not install."""
+    if "requirements.txt" not in files or package_index:
+        return
+    if any(name.startswith("wheels/") and name.endswith(".whl") for name in files):
+        return
+    raise UsageError(
+        f"{source_dir}/requirements.txt lists packages, but this setup's jobs have no route to a package index "
+        "(a private VPC without NAT, or network isolation) and the folder has no wheels/ folder; allowed: "
+        f"gpuctl vendor {source_dir} (downloads the wheels into wheels/), or remove requirements.txt"
+    )
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://"):
+        return "", ""
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    return bucket, key
+
+
+def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, CodeUpload | None]:
+    """(spec, validated CreateTrainingJob request, job name, code package to upload)."""
     from gpu_constructs.errors import ValidationError
 
     try:
         spec = setup.spec()
     except ValidationError as exc:
         raise UsageError(f"the job spec is not valid: {exc}") from None
+    spec, upload = with_code(spec, args)
     overrides = parse_overrides(args.hyperparameter)
     job_name = args.job_name or default_job_name(spec.job_name_prefix)
     try:
@@ -116,8 +237,9 @@ def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str
         )
     except ValidationError as exc:
         raise UsageError(exc.detail) from None
-    check_runtime_hyperparameters(request["HyperParameters"])
-    return spec, request, job_name
+    if spec.code is None or spec.code.builtin:
+        check_runtime_hyperparameters(request["HyperParameters"])
+    return spec, request, job_name, upload
 
 
 @exit_codes("train")
@@ -128,9 +250,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("there is no job spec to save")
         Path(args.save_spec).write_text(json.dumps(json.loads(setup.spec_text), indent=2) + "\n")
         print(f"job spec written to {args.save_spec}", file=sys.stderr)
-    _spec, request, job_name = build_request(setup, args)
+    spec, request, job_name, upload = build_request(setup, args)
+    if args.local:
+        return _run_local(spec, request, args, job_name)
+    if upload is not None and not args.dry_run:
+        _upload(setup, spec, upload)
+    elif upload is not None:
+        print(f"would upload {upload.files} files ({len(upload.data)} bytes) to s3://{upload.bucket}/{upload.key}")
     if args.pipeline:
-        return _start_pipeline(setup, args, job_name)
+        return _start_pipeline(setup, args, job_name, spec)
     if args.dry_run:
         print(json.dumps(request, indent=2))
         return 0
@@ -156,12 +284,60 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str) -> int:
+def _upload(setup: Setup, spec: Any, upload: CodeUpload) -> None:
+    from gpuctl.code_upload import upload_package
+
+    s3 = common.make_client("s3", setup.region)
+    sent = upload_package(s3, upload.bucket, upload.key, upload.data, spec.output_kms_key)
+    state = "uploaded" if sent else "already uploaded (same content)"
+    print(f"code package {state}: s3://{upload.bucket}/{upload.key} ({upload.files} files)", file=sys.stderr)
+
+
+def _run_local(spec: Any, request: dict[str, Any], args: argparse.Namespace, job_name: str) -> int:
+    """``--local``: the rendered request on this machine (code from --source-dir or the setup's default code)."""
+    from gpu_constructs.training_spec import CODE_CHANNEL, DRIVERS_CHANNEL
+    from gpu_constructs.training_spec.code_package import (
+        DEFAULT_CODE_DIR,
+        ensure_driver,
+        ensure_source_package,
+    )
+    from gpuctl.local_job import LocalJobError, run_local_job
+
+    if args.pipeline:
+        raise UsageError("--local runs the job request itself; allowed: --local or --pipeline, not both")
+    if spec.code is None:
+        raise UsageError("--local needs a setup whose jobs run code through the launcher; redeploy the stack")
+    channels: dict[str, Path] = {k: Path(v) for k, v in parse_pairs(args.channel, "--channel", "train=./data").items()}
+    source = args.source_dir if args.source_dir is not None else DEFAULT_CODE_DIR
+    package_file, _ = ensure_source_package(source, spec.code.entry_point)
+    channels[CODE_CHANNEL] = package_file
+    channels[DRIVERS_CHANNEL] = ensure_driver()
+    output = args.output or Path("local-output") / job_name
+    try:
+        result = run_local_job(request, channels, output_dir=output)
+    except LocalJobError as exc:
+        raise UsageError(str(exc)) from None
+    for host in result.hosts:
+        print(f"{host.host}: exit {host.exit_code}" + (f": {host.failure}" if host.failure else ""))
+    if result.model_tarball is not None:
+        print(f"model: {result.model_tarball}")
+    return 0 if result.ok else 1
+
+
+def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str, spec: Any) -> int:
     """Start the deployed state machine with the runtime values (validated above with the same spec)."""
     arn = setup.outputs.get(OUTPUT_STATE_MACHINE)
     if not arn:
         raise UsageError("--pipeline needs the deployed stack (its StateMachineArn output); drop --spec")
+    if args.instance_count is not None or args.metric or args.distribution or args.framework:
+        raise UsageError(
+            "--pipeline takes the setup's instance count, metrics, distribution and framework; allowed with "
+            "--pipeline: --source-dir, --entry-point, --instance-type, --data-version, -p"
+        )
     execution_input: dict[str, Any] = {"job_name": job_name}
+    if args.source_dir is not None:
+        execution_input["code"] = spec.code.source_s3_uri
+        execution_input["entry_point"] = spec.code.entry_point
     if args.instance_type:
         execution_input["instance_type"] = args.instance_type
     if args.data_version:

@@ -103,6 +103,30 @@ class TrainingAlarmsConfig(StrictModel):
         )
 
 
+def _entry_point_ok(value: str) -> bool:
+    from gpu_constructs.training_spec import entry_point_problem
+
+    return entry_point_problem(value) is None
+
+
+class TrainingCodeConfig(StrictModel):
+    """Your own training code, run by the platform's launcher on the training image (the stock DLC included)."""
+
+    source_dir: str = Field(description="Folder of the training code, relative to the repository root")
+    entry_point: Annotated[
+        str, Check(_entry_point_ok, "allowed: a relative path to a .py file inside source_dir, e.g. train.py")
+    ] = Field("train.py", description="Script in source_dir the launcher runs (hyperparameters as --name value)")
+    distribution: Literal["auto", "torchrun", "single"] = Field(
+        "auto", description="auto: torchrun over every GPU and host when > 1 process; single: one process per host"
+    )
+    framework: Literal["auto", "pytorch", "tensorflow"] = Field(
+        "auto", description="The GPU check run before the script (auto: PyTorch if the image has it)"
+    )
+    metrics: dict[str, str] = Field(
+        default_factory=dict, description="Metric name -> regex SageMaker reads from the job's log"
+    )
+
+
 class TrainingPrepareConfig(StrictModel):
     """The optional prepare step: a SageMaker processing job running `gpuctl shard` in the training image."""
 
@@ -199,6 +223,9 @@ class TrainingConfig(StrictModel):
         None, description="Types an execution may choose (default: every NVIDIA training type that fits)"
     )
     notification_emails: EmailList = Field((), description="E-mail addresses for failure and alarm notices")
+    code: TrainingCodeConfig | None = Field(
+        None, description="Your own training code (default: null, the platform's built-in trainer)"
+    )
     prepare: TrainingPrepareConfig = Field(default_factory=lambda: TrainingPrepareConfig())
     alarms: TrainingAlarmsConfig = Field(default_factory=lambda: TrainingAlarmsConfig())
 

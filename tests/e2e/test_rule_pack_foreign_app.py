@@ -91,13 +91,15 @@ def _statement(service: str, actions: list[str], **conditions: Any) -> iam.Polic
     )
 
 
-def _training(name: str, **overrides: Any) -> dict[str, Any]:
-    """A createTrainingJob.sync task: a correct request unless ``overrides`` say otherwise."""
+def _training(name: str, *, drop: tuple[str, ...] = (), **overrides: Any) -> dict[str, Any]:
+    """A createTrainingJob.sync task: a correct request unless ``overrides`` (or ``drop``, keys removed) say
+    otherwise. Its script is named the SageMaker SDK v2 way (the DLC's training toolkit runs it)."""
     params: dict[str, Any] = {
         "TrainingJobName.$": "States.Format('foreign-{}', $$.Execution.Name)",
         "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/foreign-training",
         "AlgorithmSpecification": {"TrainingImage": TRAINING_IMAGE, "TrainingInputMode": "File"},
         "HyperParameters": {"epochs": "30", "lr": "0.001"},
+        "Environment": {"SAGEMAKER_PROGRAM": "train.py", "SAGEMAKER_SUBMIT_DIRECTORY": "s3://foreign-code/src.tar.gz"},
         "OutputDataConfig": {"S3OutputPath": "s3://foreign-artifacts/jobs/"},
         "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
@@ -107,6 +109,8 @@ def _training(name: str, **overrides: Any) -> dict[str, Any]:
             params[key] = {**params[key], **value}
         else:
             params[key] = value
+    for key in drop:
+        params.pop(key)
     return {
         "Type": "Task",
         "Comment": name,
@@ -273,6 +277,7 @@ def _training_pipeline(foreign: ForeignApp, main: cdk.Stack) -> None:
     # image on a CPU type; CUDA 13 on Ampere.
     states: list[tuple[str, dict[str, Any], tuple[str, str] | None]] = [
         ("Train", {}, None),
+        ("NoCode", {"drop": ("Environment",)}, ("TrainingDlcWithoutCode", "NoCode")),
         (
             "SpotNoCheckpoint",
             {"EnableManagedSpotTraining": True, "StoppingCondition": {"MaxWaitTimeInSeconds": 7200}},

@@ -14,7 +14,12 @@ DLC_GPU = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-g
 DLC_CPU = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-cpu-py312-ubuntu22.04-sagemaker"
 
 REQUEST: dict[str, Any] = {
-    "AlgorithmSpecification": {"TrainingImage": DLC_GPU, "TrainingInputMode": "FastFile"},
+    "AlgorithmSpecification": {
+        "TrainingImage": DLC_GPU,
+        "TrainingInputMode": "FastFile",
+        # Code through a launcher (as TrainingPipeline renders it): the DLC's toolkit does not take over.
+        "ContainerEntrypoint": ["python3", "/opt/ml/input/data/sm_drivers/gpu_train_driver.pyz", "launch"],
+    },
     "RoleArn": "arn:aws:iam::123456789012:role/train",
     "HyperParameters": {"epochs": "10"},
     "OutputDataConfig": {"S3OutputPath": "s3://artifacts/output/"},

@@ -13,6 +13,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
+from asl_runner import evaluate_jsonata
 from aws_cdk import assertions
 from aws_cdk import aws_iam as iam
 
@@ -54,6 +55,8 @@ def _fake(node: Any, resources: Mapping[str, Any]) -> Any:
             "AWS::KMS::Key": f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab",
             "AWS::S3::Bucket": "arn:aws:s3:::gpu-test-bucket",
         }.get(kind, "getatt-value")
+    if "Fn::Sub" in node and isinstance(node["Fn::Sub"], str):  # asset URLs: ${AWS::AccountId} ...
+        return re.sub(r"\$\{([^}]+)\}", lambda m: str(_fake({"Ref": m.group(1)}, resources)), node["Fn::Sub"])
     if "Fn::Select" in node:
         index, items = node["Fn::Select"]
         values = _fake(items, resources) if isinstance(items, dict) else items
@@ -115,6 +118,12 @@ def _sample_for(key: str, path: str) -> Any:
         return "ml.g5.2xlarge"
     if key in ("TrainingJobName", "ProcessingJobName"):
         return "gpu-test-train-abc12345"
+    if key == "ContainerArguments":  # States.Array('--entry-point', $.args.entry_point, ...)
+        return [
+            a.strip().strip("'") if "$" not in a else "train.py" for a in path[len("States.Array(") : -1].split(",")
+        ]
+    if key == "S3Uri" and path == "$.args.code":
+        return "s3://gpu-test-bucket/code/gpu-test-train/0123/sourcedir.tar.gz"
     match = re.fullmatch(r"States\.Format\('(.*)', .*\)", path)
     assert match, path
     return match.group(1).replace("{}", "v7").replace("\\'", "'")
@@ -176,7 +185,16 @@ def test_train_state_is_a_sync_sagemaker_task_whose_parameters_validate(dev: dic
 def test_dev_is_single_gpu_fastfile(dev: dict) -> None:
     parameters = definition(dev)["States"]["Train"]["Parameters"]
     assert parameters["ResourceConfig"]["InstanceCount"] == 1
-    assert {c["InputMode"] for c in parameters["InputDataConfig"]} == {"FastFile"}
+    channels = {c["ChannelName"]: c for c in parameters["InputDataConfig"]}
+    assert {channels[name]["InputMode"] for name in ("train", "validation")} == {"FastFile"}
+    # The code package (from the execution input, the synthesized asset by default) and the launcher, in File mode.
+    assert channels["code"]["DataSource"]["S3DataSource"]["S3Uri.$"] == "$.args.code"
+    assert channels["code"]["InputMode"] == channels["sm_drivers"]["InputMode"] == "File"
+    driver = channels["sm_drivers"]["DataSource"]["S3DataSource"]["S3Uri"]
+    assert driver.startswith("s3://cdk-hnb659fds-assets-") and driver.endswith(".pyz")
+    algorithm = parameters["AlgorithmSpecification"]
+    assert algorithm["ContainerEntrypoint"][:2] == ["/bin/sh", "-c"]
+    assert "$.args.entry_point" in algorithm["ContainerArguments.$"]
     assert parameters["EnableManagedSpotTraining"] is False
     assert "CheckpointConfig" not in parameters
     defaults = definition(dev)["States"]["Defaults"]["Parameters"]["defaults"]
@@ -192,6 +210,8 @@ def test_prod_is_multi_host_fsx_spot_with_checkpoints(prod: dict) -> None:
     assert parameters["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
     assert "checkpoints/gpu-prod-train/{}/" in parameters["CheckpointConfig"]["S3Uri.$"]
     for channel in parameters["InputDataConfig"]:
+        if channel["ChannelName"] in ("code", "sm_drivers"):
+            continue
         fsx = channel["DataSource"]["FileSystemDataSource"]
         assert fsx["FileSystemType"] == "FSxLustre" and fsx["FileSystemAccessMode"] == "ro"
         assert fsx["DirectoryPath.$"].startswith("States.Format('/abcdefgh/datasets/imagenet/{}/")
@@ -534,27 +554,6 @@ def test_fsx_input_needs_the_file_system(parts: _Parts) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _jsonata_value(value: Any) -> Any:
-    """JSON for jsonata-python, whose evaluator reads Python ``None`` as "undefined" (JSON null is a sentinel)."""
-    from jsonata.utils import Utils
-
-    if value is None:
-        return Utils.NULL_VALUE
-    if isinstance(value, dict):
-        return {k: _jsonata_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonata_value(v) for v in value]
-    return value
-
-
-def _evaluate(expression: str, state_input: dict[str, Any]) -> Any:
-    """A JSONata field of a state (``{% ... %}``) evaluated as Step Functions does, with ``$states.input`` bound."""
-    import jsonata
-
-    assert expression.startswith("{%") and expression.endswith("%}"), expression
-    return jsonata.Jsonata(expression[2:-2]).evaluate({}, {"states": {"input": _jsonata_value(state_input)}})
-
-
 def _run_hyperparameter_states(states: dict[str, Any], instance_type: str, hyperparameters: Any) -> dict[str, Any]:
     """MergeHyperparameters -> ValidateHyperparameters (-> InvalidHyperparameters) on a typical state."""
     derive = next(
@@ -570,16 +569,16 @@ def _run_hyperparameter_states(states: dict[str, Any], instance_type: str, hyper
     }
     merge = states["MergeHyperparameters"]
     assert merge["Type"] == "Pass" and merge["QueryLanguage"] == "JSONata"
-    output = _evaluate(merge["Output"], state)
+    output = evaluate_jsonata(merge["Output"], state)
     assert output["args"] == state["args"]  # the rest of the state passes through
     choice = states["ValidateHyperparameters"]
     (rule,) = choice["Choices"]
-    failed = _evaluate(rule["Condition"], output)
+    failed = evaluate_jsonata(rule["Condition"], output)
     result = {"hyperparameters": output["run"]["hyperparameters"], "failed": failed}
     if failed:
         fail = states[rule["Next"]]
         assert fail["Type"] == "Fail" and fail["Error"] == "InvalidInput"
-        result["cause"] = _evaluate(fail["Cause"], output)
+        result["cause"] = evaluate_jsonata(fail["Cause"], output)
     else:
         assert choice["Default"] in ("PrepareData?", "Train")
     return result

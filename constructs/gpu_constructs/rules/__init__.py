@@ -45,6 +45,7 @@ RULE_MODULES: tuple[str, ...] = (
     "training_hyperparameter_not_string",
     "training_instance_not_nvidia_gpu",
     "training_image_cuda_architecture",
+    "training_dlc_without_code",
 )
 
 

@@ -39,7 +39,7 @@ def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
     acknowledged, so cdk-nag still reports it.
     """
     prefix = pipeline.job_name_prefix
-    prefixes = [pipeline.dataset_prefix, f"output/{prefix}/", f"checkpoints/{prefix}/"]
+    prefixes = [pipeline.dataset_prefix, f"output/{prefix}/", f"checkpoints/{prefix}/", pipeline.code_prefix]
     if pipeline.source_prefix:
         prefixes.append(pipeline.source_prefix)
     objects = "|".join(re.escape(p) for p in prefixes)
@@ -54,7 +54,8 @@ def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
         (
             rf"Resource::[^*]*/({objects})\*",
             "Safe because the wildcard is the object-key suffix under one prefix of one platform bucket (the "
-            "dataset, raw files, job output or checkpoints of this setup), since SageMaker names the objects",
+            "dataset, raw files, job output, checkpoints or code packages of this setup), since SageMaker names "
+            "the objects and code packages are named by their content hash",
         ),
         (
             rf"Resource::{arn}:logs:[^*]*:log-group:/aws/sagemaker/(TrainingJobs|ProcessingJobs):\*",

@@ -1,6 +1,7 @@
 """The training state machine's definition::
 
-    Init -> Defaults -> MergeInput -> Arguments -> ValidateJobName -> ValidateInstanceType -> Derive<procs>x<workers>
+    Init -> Defaults -> MergeInput -> Arguments -> ValidateJobName -> ValidateCode -> ValidateInstanceType
+         -> Derive<procs>x<workers>
          -> MergeHyperparameters -> ValidateHyperparameters -> [PrepareData? -> ShardDataset] -> Train
          -> RecordResult -> Output -> Succeeded
 
@@ -86,6 +87,11 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
         "data_version": data_version,
         "hyperparameters": {},
     }
+    code = pipeline.spec.code
+    if code is not None:
+        # The code package and its entry point: the synthesized asset unless the execution names another.
+        defaults["code"] = code.source_s3_uri
+        defaults["entry_point"] = code.entry_point
     if prepare is not None:
         defaults["prepare"] = prepare.run_by_default
         defaults["prepare_job_name"] = sfn.JsonPath.format(
@@ -183,9 +189,45 @@ def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass
             sfn.Condition.is_string("$.args.job_name"),
             sfn.Condition.string_matches("$.args.job_name", f"{prefix}-*"),
         ),
-        check_type,
+        _code_check(pipeline, check_type),
     ).otherwise(bad_name)
     return check_name, merge_hp
+
+
+def _code_check(pipeline: TrainingPipeline, then: sfn.IChainable) -> sfn.IChainable:
+    """ValidateCode: the execution's code package is the synthesized one or lies under ``code/<prefix>/`` of the
+    artifacts bucket (the only packages the job role may read), and its entry point is a relative ``.py`` path."""
+    code = pipeline.spec.code
+    if code is None:
+        return then
+    bad_code = sfn.Fail(
+        pipeline,
+        "CodeNotAllowed",
+        error="InvalidInput",
+        cause_path=sfn.JsonPath.format(
+            "code {} with entry_point {} is not allowed; allowed: the setup's code package or one under "
+            f"{code.upload_prefix} (what gpuctl train --source-dir uploads), and a relative path to a .py file",
+            sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.args.code")),
+            sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.args.entry_point")),
+        ),
+    )
+    entry = "$.args.entry_point"
+    rule = sfn.Condition.and_(
+        sfn.Condition.is_string("$.args.code"),
+        sfn.Condition.or_(
+            sfn.Condition.string_equals("$.args.code", code.source_s3_uri),
+            sfn.Condition.string_matches("$.args.code", f"{code.upload_prefix}*"),
+        ),
+        sfn.Condition.is_string(entry),
+        sfn.Condition.string_matches(entry, "*.py"),
+        sfn.Condition.not_(sfn.Condition.string_matches(entry, "/*")),
+        sfn.Condition.not_(sfn.Condition.string_matches(entry, "*..*")),
+    )
+    return (
+        sfn.Choice(pipeline, "ValidateCode", comment="Only code packages the job role may read; a relative .py entry")
+        .when(rule, then)
+        .otherwise(bad_code)
+    )
 
 
 def _result_states(pipeline: TrainingPipeline) -> sfn.Chain:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import jsii
@@ -13,6 +14,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -23,7 +25,7 @@ from gpu_constructs.keys import allow_cloudwatch_logs, new_key
 from gpu_constructs.principals import RoleConnectable
 from gpu_constructs.removal import named_log_group
 from gpu_constructs.security_groups import cluster_security_group
-from gpu_constructs.storage import PlatformStorage
+from gpu_constructs.storage import PlatformStorage, grant_objects
 from gpu_constructs.topics import notification_topic
 from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON, acknowledge_policy
 from gpu_constructs.training.definition import definition
@@ -32,13 +34,22 @@ from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, Tra
 from gpu_constructs.training.roles import grant_run_jobs, grant_state_machine, job_policy, job_role
 from gpu_constructs.training_spec import (
     DATA_VERSION_PLACEHOLDER,
+    DEFAULT_ENTRY_POINT,
     Channel,
     FsxChannel,
     S3Channel,
     ShardingJobSpec,
     ShardSplit,
+    TrainingCode,
     TrainingJobSpec,
     seconds_of,
+)
+from gpu_constructs.training_spec.code import Distribution, Framework
+from gpu_constructs.training_spec.code_package import (
+    DEFAULT_CODE_DIR,
+    code_key_prefix,
+    ensure_driver,
+    ensure_source_package,
 )
 from gpu_constructs.training_spec.rules import as_timedelta
 
@@ -87,6 +98,16 @@ class TrainingPipeline(RoleConnectable, Construct):
     :param tags: tags of every job (default none).
     :param spec_parameter_name: SSM parameter holding the job spec JSON for ``gpuctl``
         (default ``/<job_name_prefix>/job-spec``).
+    :param source_dir: the folder of the training code, shipped as a CDK S3 asset (the ``code`` channel) and run
+        by the platform's launcher on any image, the stock PyTorch DLC included (default: the built-in trainer,
+        ``containers/training/default_code``). Executions and ``gpuctl train --source-dir`` may run other code.
+    :param entry_point: the script in ``source_dir`` (default ``train.py``).
+    :param distribution: ``auto`` (default: torchrun over every GPU and host when there is more than one
+        process), ``torchrun`` or ``single`` (one plain process per host).
+    :param framework: ``auto`` (default), ``pytorch`` or ``tensorflow``: the GPU check the launcher runs first.
+    :param package_index: the jobs have a route to a package index, so a ``requirements.txt`` of the code is
+        installed from it (default: True only for jobs outside a VPC without network isolation; the platform's
+        stacks pass what the network reaches). Without one only wheels vendored into the code are installed.
     :param role: an existing execution role of the training jobs, trusted by ``sagemaker.amazonaws.com``
         (default: a new role). The setup adds its grants (datasets prefix, artifacts prefixes, image pull,
         logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
@@ -132,6 +153,11 @@ class TrainingPipeline(RoleConnectable, Construct):
         tags: Mapping[str, str] | None = None,
         spec_parameter_name: str | None = None,
         role: iam.IRole | None = None,
+        source_dir: str | Path | None = None,
+        entry_point: str = DEFAULT_ENTRY_POINT,
+        distribution: Distribution = "auto",
+        framework: Framework = "auto",
+        package_index: bool | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._validate_image(image, instance_type)
@@ -144,6 +170,8 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.dataset_prefix = _as_prefix(dataset_prefix)
         self.source_prefix: str | None = None
         self.shard_job_name_prefix = f"{job_name_prefix}-shard"
+        #: Where ``gpuctl train --source-dir`` uploads code packages (the job role reads them).
+        self.code_prefix = code_key_prefix(job_name_prefix)
         self.image = image
         self.storage = storage
         self.vpc = vpc
@@ -157,6 +185,13 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.role = self._execution_role(role, vpc, dataset_prefix, output_prefix, checkpoint_prefix if spot else None)
         ref = lookup(instance_type, where=path_of(self))
         artifacts = storage.artifacts_bucket.bucket_name
+        code = self._code(
+            source_dir,
+            entry_point,
+            distribution,
+            framework,
+            (vpc is None and not network_isolation) if package_index is None else package_index,
+        )
         self.spec = TrainingJobSpec(
             image_uri=image.image_uri,
             role_arn=self.role.role_arn,
@@ -186,6 +221,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             max_retry_attempts=max_retry_attempts,
             job_name_prefix=job_name_prefix,
             tags=dict(tags or {}),
+            code=code,
         ).validate(path_of(self))
         self.allowed_instance_types = self._allowed_types(allowed_instance_types)
 
@@ -276,6 +312,39 @@ class TrainingPipeline(RoleConnectable, Construct):
                 raise fail(self, "notification_emails", address, "e-mail addresses such as ml-team@example.com")
 
     # -- parts ------------------------------------------------------------------------------------------
+
+    def _code(
+        self,
+        source_dir: str | Path | None,
+        entry_point: str,
+        distribution: Distribution,
+        framework: Framework,
+        package_index: bool,
+    ) -> TrainingCode:
+        """The code package and the launcher as S3 assets the execution role may read; executions may also run
+        packages under ``code/<job_name_prefix>/`` of the artifacts bucket (what ``gpuctl train`` uploads)."""
+        builtin = source_dir is None
+        try:
+            package_file, _package = ensure_source_package(
+                Path(source_dir) if source_dir is not None else DEFAULT_CODE_DIR, entry_point
+            )
+        except ValidationError as exc:
+            raise ValidationError(path_of(self), f"source_dir {source_dir}: {exc.detail}") from None
+        self.code_asset = s3_assets.Asset(self, "Code", path=str(package_file))
+        self.driver_asset = s3_assets.Asset(self, "Driver", path=str(ensure_driver()))
+        for asset in (self.code_asset, self.driver_asset):
+            grant_objects(self.role, asset.bucket, asset.s3_object_key, read=True)
+        grant_objects(self.role, self.storage.artifacts_bucket, f"{self.code_prefix}*", read=True)
+        return TrainingCode(
+            source_s3_uri=self.code_asset.s3_object_url,
+            drivers_s3_uri=self.driver_asset.s3_object_url,
+            entry_point=entry_point,
+            distribution=distribution,
+            framework=framework,
+            package_index=package_index,
+            upload_prefix=f"s3://{self.storage.artifacts_bucket.bucket_name}/{self.code_prefix}",
+            builtin=builtin,
+        )
 
     def _job_security_groups(
         self, vpc: ec2.IVpc | None, given: Sequence[ec2.ISecurityGroup] | None
@@ -389,6 +458,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.storage.grant_read_datasets(role, source)
         self.storage.datasets_bucket.grant_put(role, f"{prefix}*")
         self.image.grant_pull(role)
+        grant_objects(role, self.driver_asset.bucket, self.driver_asset.s3_object_key, read=True)
         self.prepare_role = role
         it = lookup(prepare.instance_type, where=path_of(self))
         spec = ShardingJobSpec(
@@ -410,6 +480,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             data_version=self.spec.data_version,
             job_name_prefix=self.shard_job_name_prefix,
             tags=dict(tags or {}),
+            drivers_s3_uri=self.driver_asset.s3_object_url,
         )
         problems = spec.problems()
         if problems:

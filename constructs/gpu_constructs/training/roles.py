@@ -9,6 +9,8 @@ from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 
+from gpu_constructs.storage import grant_objects
+
 if TYPE_CHECKING:
     from gpu_constructs.training.pipeline import TrainingPipeline
 
@@ -206,4 +208,6 @@ def grant_run_jobs(pipeline: TrainingPipeline, grantee: iam.IGrantable) -> iam.G
         actions=["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
         resource_arns=[log_group_arn(stack, f"{TRAINING_NAMESPACE}:*")],
     )
+    # gpuctl train --source-dir: upload code packages (content-addressed, checked with HeadObject first).
+    grant_objects(grantee, pipeline.storage.artifacts_bucket, f"{pipeline.code_prefix}*", read=True, write=True)
     return grant

@@ -36,6 +36,15 @@ each written once), :mod:`.channels`, :mod:`.job` (:class:`TrainingJobSpec`), :m
 from __future__ import annotations
 
 from gpu_constructs.training_spec.channels import Channel, FsxChannel, S3Channel, channel_from_dict
+from gpu_constructs.training_spec.code import (
+    CODE_CHANNEL,
+    DEFAULT_ENTRY_POINT,
+    DRIVERS_CHANNEL,
+    LAUNCH_DISTRIBUTIONS,
+    LAUNCH_ENTRYPOINT,
+    TrainingCode,
+    entry_point_problem,
+)
 from gpu_constructs.training_spec.job import TrainingJobSpec
 from gpu_constructs.training_spec.limits import (
     CHECKPOINT_LOCAL_PATH,
@@ -88,16 +97,21 @@ from gpu_constructs.training_spec.sharding import (
 
 __all__ = [
     "CHECKPOINT_LOCAL_PATH",
+    "CODE_CHANNEL",
     "COMPRESSIONS",
     "DATA_VERSION_PATTERN",
     "DATA_VERSION_PLACEHOLDER",
+    "DEFAULT_ENTRY_POINT",
     "DISTRIBUTIONS",
+    "DRIVERS_CHANNEL",
     "FSX_ACCESS_MODES",
     "HP_NUM_WORKERS",
     "HP_PROCESSES_PER_HOST",
     "INPUT_MODES",
     "JOB_NAME_MAX",
     "JOB_NAME_PATTERN",
+    "LAUNCH_DISTRIBUTIONS",
+    "LAUNCH_ENTRYPOINT",
     "MAX_RETRY_ATTEMPTS",
     "MAX_RUNTIME_LIMIT_S",
     "MAX_WAIT_LIMIT_S",
@@ -118,10 +132,12 @@ __all__ = [
     "SfnPaths",
     "ShardSplit",
     "ShardingJobSpec",
+    "TrainingCode",
     "TrainingJobSpec",
     "alarm_threshold_problems",
     "channel_from_dict",
     "check_processes_per_host",
+    "entry_point_problem",
     "hyperparameter_limits",
     "iter_dynamic_paths",
     "processing_type_allowed",

@@ -17,6 +17,7 @@ from gpu_constructs.catalog import (
 )
 from gpu_constructs.errors import ValidationError, is_token
 from gpu_constructs.training_spec.channels import Channel, FsxChannel, channel_from_dict, channel_template
+from gpu_constructs.training_spec.code import LAUNCH_ENTRYPOINT, RESERVED_CHANNELS, TrainingCode
 from gpu_constructs.training_spec.limits import (
     CHANNEL_RE,
     CHECKPOINT_LOCAL_PATH,
@@ -49,6 +50,7 @@ from gpu_constructs.training_spec.sfn import (
     collect_samples,
     finalize_request,
     finalize_sfn,
+    states_array,
 )
 
 __all__ = ["TrainingJobSpec"]
@@ -96,6 +98,10 @@ class TrainingJobSpec:
     :param max_retry_attempts: RetryStrategy (default: none; 1-30).
     :param job_name_prefix: names of jobs made from this spec start with it (default: none).
     :param tags: tags of the job (default: none).
+    :param code: the code package, entry point and launcher options (:class:`TrainingCode`): the job gets the
+        ``code`` and ``sm_drivers`` channels and its container entry is the platform's launcher, so it runs on
+        any image with Python and the framework (the stock DLC included). Default: none, the image's own entry
+        (``docker run IMAGE train``).
     """
 
     image_uri: str
@@ -127,6 +133,7 @@ class TrainingJobSpec:
     max_retry_attempts: int | None = None
     job_name_prefix: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    code: TrainingCode | None = None
 
     def __post_init__(self) -> None:
         # One spelling, two duration types: an aws_cdk Duration is stored as the standard timedelta.
@@ -200,6 +207,7 @@ class TrainingJobSpec:
             self._check_multi_host(),
             self._check_strings(),
             self._check_data_version(data_version or self.data_version),
+            self._check_code(),
         )
         return [problem for check in checks for problem in check]
 
@@ -335,6 +343,15 @@ class TrainingJobSpec:
             )
         return out
 
+    def _check_code(self) -> list[str]:
+        if self.code is None:
+            return []
+        out = list(self.code.problems())
+        taken = sorted({c.name for c in self.channels} & set(RESERVED_CHANNELS))
+        if taken:
+            out.append(f"channel names {taken} are the launcher's (code package and driver); allowed: other names")
+        return out
+
     def _check_data_version(self, version: str) -> list[str]:
         if not any(DATA_VERSION_PLACEHOLDER in channel_template(c) for c in self.channels):
             return []
@@ -350,6 +367,8 @@ class TrainingJobSpec:
         instance_type: str | Dynamic,
         hyperparameters: Mapping[str, str] | Dynamic,
         data_version: str | Dynamic,
+        code_s3_uri: str | Dynamic | None = None,
+        entry_point: str | Dynamic | None = None,
     ) -> dict[str, Any]:
         input_modes = {c.input_mode for c in self.channels}
         runtime_s, wait_s = self._stopping_s()
@@ -365,7 +384,10 @@ class TrainingJobSpec:
                 ),
             },
             "HyperParameters": hyperparameters if isinstance(hyperparameters, Dynamic) else dict(hyperparameters),
-            "InputDataConfig": [c.render(data_version) for c in self.channels],
+            "InputDataConfig": [
+                *(c.render(data_version) for c in self.channels),
+                *(self.code.channels(code_s3_uri) if self.code is not None else ()),
+            ],
             "OutputDataConfig": {
                 "S3OutputPath": self.output_s3_uri,
                 **({"KmsKeyId": self.output_kms_key} if self.output_kms_key else {}),
@@ -381,6 +403,12 @@ class TrainingJobSpec:
             "EnableInterContainerTrafficEncryption": self.inter_container_encryption,
             "EnableManagedSpotTraining": self.spot,
         }
+        if self.code is not None:
+            arguments = self.code.arguments(entry_point)
+            request["AlgorithmSpecification"]["ContainerEntrypoint"] = list(LAUNCH_ENTRYPOINT)
+            request["AlgorithmSpecification"]["ContainerArguments"] = (
+                states_array(arguments) if isinstance(entry_point, Dynamic) else arguments
+            )
         if wait_s is not None:
             request["StoppingCondition"]["MaxWaitTimeInSeconds"] = wait_s
         if self.checkpoint_s3_uri:
@@ -462,6 +490,8 @@ class TrainingJobSpec:
             instance_type=Dynamic(paths.instance_type, self.instance_type),
             hyperparameters=Dynamic(paths.hyperparameters, self.hyperparameters_for(self.instance_type)),
             data_version=Dynamic(paths.data_version, self.data_version),
+            code_s3_uri=Dynamic(paths.code, self.code.source_s3_uri) if self.code is not None else None,
+            entry_point=Dynamic(paths.entry_point, self.code.entry_point) if self.code is not None else None,
         )
 
     def to_sfn_parameters(self, paths: SfnPaths = DEFAULT_PATHS, *, where: str = WHERE) -> dict[str, Any]:
@@ -485,6 +515,7 @@ class TrainingJobSpec:
         data["metric_definitions"] = [dict(m) for m in self.metric_definitions]
         for key in ("subnets", "security_group_ids"):
             data[key] = list(data[key])
+        data["code"] = self.code.to_dict() if self.code is not None else None
         return data
 
     @classmethod
@@ -501,6 +532,8 @@ class TrainingJobSpec:
         values["metric_definitions"] = tuple(dict(m) for m in values.get("metric_definitions", ()))
         for key in ("subnets", "security_group_ids"):
             values[key] = tuple(values.get(key, ()))
+        if values.get("code") is not None:
+            values["code"] = _code_from_dict(values["code"])
         return cls(**values)
 
     @classmethod
@@ -515,3 +548,11 @@ class TrainingJobSpec:
 
     def with_changes(self, **changes: Any) -> TrainingJobSpec:
         return replace(self, **changes)
+
+
+def _code_from_dict(data: Any) -> TrainingCode:
+    known = {f.name for f in fields(TrainingCode)}
+    if not isinstance(data, Mapping) or set(data) - known:
+        unknown = sorted(set(data) - known) if isinstance(data, Mapping) else data
+        raise ValidationError(WHERE, f"code: unknown keys {unknown}; allowed: {', '.join(sorted(known))}")
+    return TrainingCode.from_dict(data)

@@ -12,7 +12,7 @@ from gpu_constructs.training_spec.limits import DATA_VERSION_PLACEHOLDER, TOKEN_
 from gpu_constructs.training_spec.rules import raise_problems
 from gpu_constructs.training_spec.service_model import service_model_problems
 
-__all__ = ["Dynamic", "SfnPaths", "iter_dynamic_paths", "states_format", "substitute_sfn_samples"]
+__all__ = ["Dynamic", "SfnPaths", "iter_dynamic_paths", "states_array", "states_format", "substitute_sfn_samples"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class SfnPaths:
     instance_type: str = "$.args.instance_type"
     data_version: str = "$.args.data_version"
     hyperparameters: str = "$.hyperparameters"
+    code: str = "$.args.code"
+    entry_point: str = "$.args.entry_point"
 
 
 DEFAULT_PATHS = SfnPaths()
@@ -67,6 +69,15 @@ def states_format(parts: Sequence[str | Dynamic]) -> str | Dynamic:
             template.append(_escape_format(part))
             sample.append(part)
     return Dynamic(f"States.Format('{''.join(template)}', {', '.join(args)})", "".join(sample))
+
+
+def states_array(items: Sequence[str | Dynamic]) -> Dynamic:
+    """A list with dynamic items, as one ``States.Array(...)`` :class:`Dynamic` (Step Functions cannot take a
+    ``.$`` reference as a list item). String literals are quoted and escaped as the intrinsic functions require
+    (ASL specification, "Intrinsic Functions": the characters ``' { } \\`` are escaped in string literals)."""
+    args = [item.path if isinstance(item, Dynamic) else f"'{_escape_format(str(item))}'" for item in items]
+    sample = [item.sample if isinstance(item, Dynamic) else item for item in items]
+    return Dynamic(f"States.Array({', '.join(args)})", sample)
 
 
 def _escape_format(text: str) -> str:

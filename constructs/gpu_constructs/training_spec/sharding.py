@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from gpu_constructs.errors import ValidationError
+from gpu_constructs.training_spec.code import DRIVERS_CHANNEL
 from gpu_constructs.training_spec.limits import PROCESSING_MAX_RUNTIME_S
 from gpu_constructs.training_spec.rules import (
     PROCESSING_TYPES_ALLOWED,
@@ -28,6 +29,8 @@ __all__ = ["PROCESSING_INPUT_ROOT", "PROCESSING_OUTPUT_ROOT", "ShardSplit", "Sha
 
 PROCESSING_INPUT_ROOT = "/opt/ml/processing/input"
 PROCESSING_OUTPUT_ROOT = "/opt/ml/processing/output"
+#: ``gpuctl shard`` of the image's own ``gpu_train`` (with a driver: the driver's).
+DEFAULT_SHARD_COMMAND = ("python3", "-m", "gpu_train", "shard")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ class ShardingJobSpec:
     :param data_version: default version for ``{data_version}`` (default ``v1``).
     :param job_name_prefix: processing job names start with it (default: none).
     :param tags: tags of every processing job (default: none).
+    :param drivers_s3_uri: the platform's launcher zipapp (``s3://bucket/key``): delivered as the processing input
+        ``sm_drivers`` and run as ``python3 <zipapp> shard``, so the step runs on any image with Python (the stock
+        DLC included). Default: none, ``command`` runs the image's own ``gpu_train``.
     """
 
     image_uri: str
@@ -73,7 +79,7 @@ class ShardingJobSpec:
     image_size: int = 224
     shard_size: str = "128MB"
     seed: int = 0
-    command: tuple[str, ...] = ("python3", "-m", "gpu_train", "shard")
+    command: tuple[str, ...] = DEFAULT_SHARD_COMMAND
     max_runtime: timedelta = timedelta(days=1)
     subnets: tuple[str, ...] = ()
     security_group_ids: tuple[str, ...] = ()
@@ -82,6 +88,7 @@ class ShardingJobSpec:
     data_version: str = "v1"
     job_name_prefix: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    drivers_s3_uri: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_runtime", as_timedelta(self.max_runtime))
@@ -118,17 +125,35 @@ class ShardingJobSpec:
             )
         if bool(self.subnets) != bool(self.security_group_ids):
             out.append("subnets and security_group_ids: allowed: both set or both empty")
+        if self.drivers_s3_uri is not None:
+            problem = s3_problem("drivers_s3_uri", self.drivers_s3_uri)
+            if problem:
+                out.append(problem)
+            if DRIVERS_CHANNEL in names:
+                out.append(f"split name={DRIVERS_CHANNEL!r} is the launcher's input; allowed: another name")
         return out
 
     def _script(self) -> str:
         """One shell line (SageMaker allows 256 characters per entrypoint item): shard each split given as an
         argument, ``<input root>/<split>`` -> ``<output root>/<split>``."""
         command = " ".join(_shell_quote(a) for a in self.command)
+        find_driver = ""
+        if self.drivers_s3_uri is not None and self.command == DEFAULT_SHARD_COMMAND:
+            # The one file of the driver input, whatever name SageMaker gives it.
+            find_driver = f"d=$(ls -d {PROCESSING_INPUT_ROOT}/{DRIVERS_CHANNEL}/*); "
+            command = 'python3 "$d" shard'
         options = f"--image-size {self.image_size} --shard-size {_shell_quote(self.shard_size)} --seed {self.seed}"
         return (
-            f'set -eu; for split in "$@"; do {command} "{PROCESSING_INPUT_ROOT}/$split" '
+            f'set -eu; {find_driver}for split in "$@"; do {command} "{PROCESSING_INPUT_ROOT}/$split" '
             f'"{PROCESSING_OUTPUT_ROOT}/$split" {options} --quiet; done'
         )
+
+    def _inputs(self) -> list[tuple[str, str]]:
+        """(input name, S3 URI) of every processing input: the splits' raw files, then the driver."""
+        inputs = [(split.name, split.source_s3_uri) for split in self.splits]
+        if self.drivers_s3_uri is not None:
+            inputs.append((DRIVERS_CHANNEL, self.drivers_s3_uri))
+        return inputs
 
     def _render(self, *, job_name: str | Dynamic, data_version: str | Dynamic) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -150,16 +175,16 @@ class ShardingJobSpec:
             },
             "ProcessingInputs": [
                 {
-                    "InputName": split.name,
+                    "InputName": name,
                     "S3Input": {
-                        "S3Uri": split.source_s3_uri,
-                        "LocalPath": f"{PROCESSING_INPUT_ROOT}/{split.name}",
+                        "S3Uri": uri,
+                        "LocalPath": f"{PROCESSING_INPUT_ROOT}/{name}",
                         "S3DataType": "S3Prefix",
                         "S3InputMode": "File",
                         "S3DataDistributionType": "FullyReplicated",
                     },
                 }
-                for split in self.splits
+                for name, uri in self._inputs()
             ],
             "ProcessingOutputConfig": {
                 "Outputs": [

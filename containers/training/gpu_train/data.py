@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from gpu_train.errors import ChannelError, DataError
+from gpu_train.hyperparameters import auto_workers as auto_workers  # re-exported: scripts size loaders with it
 from gpu_train.sagemaker import Channel
 from gpu_train.shards import (
     INDEX_NAME,
@@ -560,11 +561,6 @@ class _WorkerInit:
         self.state.set_pid(worker_id, os.getpid())
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
-
-
-def auto_workers(num_cpus: int, procs_per_host: int) -> int:
-    """Loader workers per training process: vCPUs per process minus one (the training thread), 1..16."""
-    return max(1, min(16, num_cpus // max(1, procs_per_host) - 1))
 
 
 @dataclass

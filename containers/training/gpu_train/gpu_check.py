@@ -11,12 +11,18 @@ sees none, sees fewer than expected, was built without kernels for the GPU's arc
 run a kernel, :func:`check` raises :class:`GpuCheckError` with the reason and the facts.
 
 torch is imported lazily: without torch the facts come from ``nvidia-smi`` alone.
+
+TensorFlow jobs (``python -m gpu_train launch`` in a TensorFlow image) get the same rule from
+:func:`collect_tensorflow` and :func:`check_tensorflow`: TensorFlow's own view of the GPUs
+(``tf.config.list_physical_devices("GPU")``, ``tf.test.is_built_with_cuda()``) against the same
+:class:`Expectation`.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import re
 import shutil
@@ -28,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from gpu_train.errors import GpuCheckError
+
+log = logging.getLogger("gpu_train")
 
 # NVIDIA GPU instance families (EC2 names, with or without the SageMaker "ml." prefix). g4ad has AMD GPUs.
 _GPU_FAMILY = re.compile(r"^(?:ml\.)?(?:p[2-9][a-z]*|g[3-9](?!ad)[a-z]*|gr6)\.", re.IGNORECASE)
@@ -278,6 +286,120 @@ def check(expectation: Expectation, facts: GpuFacts) -> None:
                 f"{facts.torch_version} has kernels only for {' '.join(facts.arch_list)}; use a torch build "
                 f"for this GPU. {summary}"
             )
+
+
+def startup_check(
+    *, setting: str = "auto", instance_type: str | None = None, environ: Mapping[str, str] | None = None
+) -> GpuFacts:
+    """The start-up check of a PyTorch job: gather the facts (importing torch only when the host shows a sign
+    of an NVIDIA GPU or GPUs are expected), log them, and raise :class:`GpuCheckError` when expected GPUs are
+    not usable. Returns the facts (``device_count`` sizes the processes per host)."""
+    facts = collect()
+    expectation = expected_gpus(setting=setting, instance_type=instance_type, environ=environ, facts=facts)
+    if expectation.count != 0 and not facts.torch_checked:
+        facts = collect(import_torch=True)
+    log.info("%s", report(facts, expectation))
+    check(expectation, facts)
+    return facts
+
+
+@dataclass
+class TensorFlowFacts:
+    """What TensorFlow reports about GPUs (``checked=False``: TensorFlow was not imported)."""
+
+    version: str | None = None
+    built_with_cuda: bool = False
+    gpus: list[str] = field(default_factory=list)
+    error: str | None = None
+    checked: bool = False
+
+    @property
+    def device_count(self) -> int:
+        return len(self.gpus)
+
+    def lines(self) -> list[str]:
+        if not self.checked:
+            return ["TensorFlow not imported (no sign of an NVIDIA GPU on this host)"]
+        if self.version is None:
+            return ["TensorFlow not installed" + (f" ({self.error})" if self.error else "")]
+        build = "built with CUDA" if self.built_with_cuda else "built without CUDA"
+        out = [f"TensorFlow {self.version} {build}", f"visible GPUs (TensorFlow): {self.device_count}"]
+        out += [f"  {name}" for name in self.gpus]
+        if self.error:
+            out.append(f"error: {self.error}")
+        return out
+
+
+def collect_tensorflow() -> TensorFlowFacts:
+    """TensorFlow's view: ``tf.config.list_physical_devices("GPU")`` and ``tf.test.is_built_with_cuda()``
+    (https://www.tensorflow.org/guide/gpu). Importing TensorFlow takes seconds; call it only when GPUs are
+    expected."""
+    facts = TensorFlowFacts(checked=True)
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        facts.error = f"{type(exc).__name__}: {exc}"
+        return facts
+    facts.version = str(getattr(tf, "__version__", "unknown"))
+    try:
+        facts.built_with_cuda = bool(tf.test.is_built_with_cuda())
+        facts.gpus = [str(getattr(d, "name", d)) for d in tf.config.list_physical_devices("GPU")]
+    except Exception as exc:
+        facts.error = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+def _expected_phrase(expectation: Expectation) -> str:
+    if expectation.count < 0:
+        return "at least 1 GPU"
+    return f"{expectation.count} GPU" + ("" if expectation.count == 1 else "s")
+
+
+def check_tensorflow(expectation: Expectation, facts: TensorFlowFacts) -> None:
+    """Raise :class:`GpuCheckError` when GPUs are expected but TensorFlow cannot use them (the same rule as
+    :func:`check` for torch)."""
+    if expectation.count == 0:
+        return
+    summary = "; ".join(facts.lines())
+    expected = _expected_phrase(expectation)
+    if facts.version is None:
+        raise GpuCheckError(
+            f"{expected} expected ({expectation.reason}) but TensorFlow cannot be imported "
+            f"({facts.error or 'not installed'}). {summary}"
+        )
+    if facts.error:
+        raise GpuCheckError(
+            f"{expected} expected ({expectation.reason}) but TensorFlow fails: {facts.error}. {summary}"
+        )
+    seen = facts.device_count
+    if seen == 0 or (expectation.count > 0 and seen < expectation.count):
+        why = (
+            f"TensorFlow {facts.version} is a CPU-only build (tf.test.is_built_with_cuda() is False); use a GPU "
+            "build of TensorFlow (the AWS TensorFlow GPU training image has one)"
+            if not facts.built_with_cuda
+            else "check the NVIDIA driver, the CUDA libraries TensorFlow needs and CUDA_VISIBLE_DEVICES"
+        )
+        raise GpuCheckError(
+            f"{expected} expected ({expectation.reason}) but TensorFlow sees {seen} "
+            f"(tf.config.list_physical_devices('GPU')): {why}. Refusing to train on the CPU. {summary}"
+        )
+
+
+def tensorflow_startup_check(
+    *, setting: str = "auto", instance_type: str | None = None, environ: Mapping[str, str] | None = None
+) -> TensorFlowFacts:
+    """The start-up check of a TensorFlow job: the host facts decide whether GPUs are expected; TensorFlow is
+    imported only then (or when the host shows a GPU), its view is logged and checked."""
+    host = collect(import_torch=False)
+    expectation = expected_gpus(setting=setting, instance_type=instance_type, environ=environ, facts=host)
+    signs = bool(host.dev_nodes or host.smi_gpus or host.driver_version)
+    facts = collect_tensorflow() if expectation.count != 0 or signs else TensorFlowFacts()
+    lines = ["GPU check (TensorFlow):", *(f"  {line}" for line in facts.lines())]
+    lines.append(f"  NVIDIA driver {host.driver_version or 'not found'}, supports CUDA {host.driver_cuda or '-'}")
+    lines.append(f"  expected: {_describe(expectation)}")
+    log.info("%s", "\n".join(lines))
+    check_tensorflow(expectation, facts)
+    return facts
 
 
 def report(facts: GpuFacts, expectation: Expectation) -> str:

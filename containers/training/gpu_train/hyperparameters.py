@@ -171,7 +171,13 @@ class Hyperparameters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _unquote(raw: str) -> str:
+def auto_workers(num_cpus: int, procs_per_host: int) -> int:
+    """``num_workers=-1``: loader workers per training process, vCPUs per process minus one (the training
+    thread), 1..16. Torch-free, so the launcher derives the same number for any script."""
+    return max(1, min(16, num_cpus // max(1, procs_per_host) - 1))
+
+
+def unquote(raw: str) -> str:
     """The SDK sends ``json.dumps(value)``: unwrap one level of JSON string quoting."""
     text = raw.strip()
     if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
@@ -192,7 +198,7 @@ def _bad(name: str, raw: object, spec: Spec, why: str = "") -> HyperparameterErr
 def _number(name: str, raw: str, spec: Spec, why: str) -> float:
     """``raw`` (quotes stripped) as a float; ``why`` is the reason given when it is not a number at all."""
     try:
-        return float(_unquote(raw))
+        return float(unquote(raw))
     except ValueError:
         raise _bad(name, raw, spec, why) from None
 
@@ -212,7 +218,7 @@ def _parse_float(name: str, raw: str, spec: Spec) -> float:
 
 
 def _parse_bool(name: str, raw: str, spec: Spec) -> bool:
-    text = _unquote(raw).lower()
+    text = unquote(raw).lower()
     if text in ("true", "1", "yes", "on"):
         return True
     if text in ("false", "0", "no", "off"):
@@ -221,7 +227,7 @@ def _parse_bool(name: str, raw: str, spec: Spec) -> bool:
 
 
 def _parse_floats(name: str, raw: str, spec: Spec) -> tuple[float, ...]:
-    text = _unquote(raw)
+    text = unquote(raw)
     values: list[Any]
     if text.startswith("["):
         try:
@@ -250,12 +256,12 @@ _PARSERS: dict[str, Callable[[str, str, Spec], Any]] = {
 def parse_value(name: str, raw: str, spec: Spec) -> Any:
     """Parse one raw string into the declared type and check its bounds."""
     if spec.kind == "choice":
-        value: Any = _unquote(raw)
+        value: Any = unquote(raw)
         if value not in spec.choices:
             raise _bad(name, raw, spec)
         return value
     if spec.kind == "str":
-        return _unquote(raw)
+        return unquote(raw)
     value = _PARSERS[spec.kind](name, raw, spec)
     if spec.kind in ("int", "float"):
         if spec.minimum is not None and value < spec.minimum:

@@ -32,12 +32,11 @@ from gpu_train.data import (
     LoaderState,
     ShardLoader,
     StreamConfig,
-    auto_workers,
     discover,
 )
 from gpu_train.distributed import DistContext
 from gpu_train.errors import ConfigError, DataError, HyperparameterError
-from gpu_train.hyperparameters import Hyperparameters
+from gpu_train.hyperparameters import Hyperparameters, auto_workers
 from gpu_train.models import build_model, default_stem
 from gpu_train.pipe import PIPE_DIR_ENV, rank_channel
 from gpu_train.process import StopFlag, StopRequested

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from container_helpers import TorchServeContext
 from serve_http import invoke, npy
 from serve_models import assert_close, reference_model
 
@@ -59,41 +60,6 @@ def predict_fn(data, model):
 def output_fn(prediction, accept):
     return json.dumps(prediction)
 """
-
-
-class RequestProcessor:
-    """``ts.context.RequestProcessor`` (torchserve 0.12.0): one request's headers, status and response headers."""
-
-    def __init__(self, request_header: dict[str, str]) -> None:
-        self._status_code = 200
-        self._reason_phrase: str | None = None
-        self._response_header: dict[str, str] = {}
-        self._request_header = request_header
-
-    def get_request_properties(self) -> dict[str, str]:
-        return self._request_header
-
-    def report_status(self, code: int, reason_phrase: str | None = None) -> None:
-        self._status_code = code
-        self._reason_phrase = reason_phrase
-
-    def add_response_property(self, key: str, value: str) -> None:
-        self._response_header[key] = value
-
-
-class TorchServeContext:
-    """The part of ``ts.context.Context`` (torchserve 0.12.0) that the sagemaker-inference handler uses."""
-
-    def __init__(self, model_dir: Path, headers: list[dict[str, str]]) -> None:
-        self.system_properties = {"model_dir": str(model_dir), "gpu_id": None, "batch_size": len(headers)}
-        self.request_processor = [RequestProcessor(h) for h in headers]
-        self.model_name = "model"
-
-    def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0) -> None:
-        self.request_processor[idx].report_status(code, reason_phrase=phrase)
-
-    def set_response_content_type(self, idx: int, value: str) -> None:
-        self.request_processor[idx].add_response_property("content-type", value)
 
 
 def torchserve_statuses(ret: Any, batch_size: int, context: TorchServeContext) -> list[int]:

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from PIL import Image
+from container_helpers import make_images
 
 from gpu_train import pack
 
@@ -43,21 +42,9 @@ TINY_HP: dict[str, str] = {
 }
 
 
-def make_images(root: Path, *, classes: int = NUM_CLASSES, per_class: int = PER_CLASS, seed: int = 0) -> Path:
-    """ImageFolder tree of PNGs whose mean colour depends on the class (so the model can learn)."""
-    rng = np.random.default_rng(seed)
-    for c in range(classes):
-        directory = root / f"class_{c}"
-        directory.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            pixels = (rng.random((40, 48, 3)) * 80 + c * 60).astype(np.uint8)
-            Image.fromarray(pixels).save(directory / f"img_{i:03d}.png")
-    return root
-
-
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_images(tmp_path_factory.mktemp("images"))
+    return make_images(tmp_path_factory.mktemp("images"), classes=NUM_CLASSES, per_class=PER_CLASS)
 
 
 @pytest.fixture(scope="session")

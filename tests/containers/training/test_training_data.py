@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_train.data import DevicePipeline, LoaderState, ShardLoader, StreamConfig, auto_workers, discover
+from gpu_train.data import DevicePipeline, LoaderState, ShardLoader, StreamConfig, discover
 from gpu_train.errors import ChannelError, DataError
+from gpu_train.hyperparameters import auto_workers
 from gpu_train.sagemaker import Channel
 
 
