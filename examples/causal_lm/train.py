@@ -14,15 +14,19 @@ hyperparameter as a ``--name value`` argument.
   windows are permuted with ``(seed, epoch)`` and process ``rank`` takes every ``world``-th one. Every process
   gets the same number of batches, and a batch is a pure function of (seed, epoch, rank, world, batch
   number), so a checkpoint only needs the epoch and the batch number to resume.
-* ``DistributedDataParallel`` when ``WORLD_SIZE`` > 1 (gloo on CPUs, NCCL on GPUs:
-  https://pytorch.org/docs/stable/notes/ddp.html); autocast on CUDA (bf16 where supported, else fp16 with a
-  ``GradScaler``: https://pytorch.org/docs/stable/amp.html).
+* ``DistributedDataParallel`` when ``WORLD_SIZE`` > 1 (https://pytorch.org/docs/stable/notes/ddp.html). The
+  platform's ``gpu_train.distributed.init`` joins the process group torchrun set up (NCCL on GPUs, gloo on
+  CPUs) and returns a ``DistContext`` (rank, world, device) whose small collectives (``sync_flags``, ``sum``,
+  ``broadcast``) run on CPU tensors over a separate gloo group; ``gpu_train.distributed.shutdown`` leaves it.
+* Autocast on CUDA with the dtype ``gpu_train.train_loop.resolve_amp`` picks: bf16 where supported, else fp16
+  with a ``GradScaler`` (https://pytorch.org/docs/stable/amp.html).
 * Checkpoints every ``--checkpoint_steps`` steps, at each epoch end and on SIGTERM, written by rank 0 with the
   platform's ``gpu_train.checkpoint.CheckpointManager`` into ``GPU_TRAIN_CHECKPOINT_DIR`` (SageMaker syncs it
   with ``CheckpointConfig.S3Uri``: https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html);
   a start resumes from the newest one that loads. SageMaker sends SIGTERM to stop a job and kills it 120 s
   later (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StopTrainingJob.html): the flag is
-  checked every step, the processes agree on it, and they exit with 143 after the checkpoint.
+  checked every step, the processes agree on it (``DistContext.sync_flags``), and they exit with 143 after the
+  checkpoint.
 * Export (rank 0) to ``SM_MODEL_DIR``: ``model.pt`` (float32 state_dict), ``config.json``, ``vocab.json``.
   :func:`generate` loads that folder and continues a prompt; it needs only torch (no ``gpu_train``)::
 
@@ -45,17 +49,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 if TYPE_CHECKING:
+    from gpu_train.distributed import DistContext
     from gpu_train.process import StopFlag
 
 EXAMPLE = "causal_lm"
-EXIT_OK = 0
-EXIT_STOPPED = 143  # 128 + SIGTERM
 
 log = logging.getLogger(EXAMPLE)
 
@@ -282,64 +284,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return args, unknown
 
 
-# ------------------------------------------------------------------------------------------ processes
-
-
-@dataclass
-class Processes:
-    """This process's place among the training processes, and the collectives the loop needs."""
-
-    rank: int = 0
-    world: int = 1
-    device: torch.device = torch.device("cpu")  # noqa: RUF009 - torch.device is immutable
-    control: Any = None  # gloo group for the per-step CPU flags; None: one process
-
-    @classmethod
-    def start(cls) -> Processes:
-        """Join the process group torchrun set up; a single process without ``WORLD_SIZE`` > 1."""
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        cuda = torch.cuda.is_available()
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        if world == 1:
-            return cls(device=device)
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
-        # NCCL collectives need CUDA tensors and wait for the GPU; the per-step flags travel on CPU over gloo.
-        control = dist.new_group(backend="gloo") if cuda else dist.group.WORLD
-        return cls(rank=int(os.environ["RANK"]), world=world, device=device, control=control)
-
-    @property
-    def leader(self) -> bool:
-        return self.rank == 0
-
-    def any(self, flag: bool) -> bool:
-        """``flag`` ORed over all processes: a SIGTERM to any of them stops all at the same step."""
-        if self.world == 1:
-            return flag
-        tensor = torch.tensor([int(flag)], dtype=torch.int32)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.control)
-        return bool(tensor.item())
-
-    def mean(self, value: float) -> float:
-        if self.world == 1:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(tensor, group=self.control)
-        return float(tensor.item()) / self.world
-
-    def broadcast(self, obj: Any) -> Any:
-        if self.world == 1:
-            return obj
-        box = [obj if self.leader else None]
-        dist.broadcast_object_list(box, src=0, group=self.control)
-        return box[0]
-
-    def close(self) -> None:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-
-
 # ---------------------------------------------------------------------------------------------- train
 
 
@@ -350,12 +294,6 @@ def learning_rate(step: int, total: int, args: argparse.Namespace) -> float:
     fraction = min(1.0, (step - args.warmup_steps) / max(1, total - args.warmup_steps))
     floor = args.lr * args.min_lr_ratio
     return float(floor + (args.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * fraction)))
-
-
-def amp_dtype(enabled: bool, device: torch.device) -> torch.dtype | None:
-    if not enabled or device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 def channel_folder(name: str) -> Path:
@@ -370,16 +308,18 @@ def channel_folder(name: str) -> Path:
     return Path(folder)
 
 
-def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
+def train(args: argparse.Namespace, ctx: DistContext, stop: StopFlag) -> int:
     """Resume, train until the end or a stop; returns the exit code (0 done, 143 stopped)."""
-    # The platform's checkpoint helpers are only needed here: generate() works without gpu_train.
+    # The platform's helpers are imported here and in main(): generate() works without gpu_train.
     from gpu_train.checkpoint import CheckpointManager
+    from gpu_train.process import EXIT_OK, EXIT_STOPPED
+    from gpu_train.train_loop import resolve_amp
 
-    device = procs.device
+    device = ctx.device
     text = read_corpus(channel_folder(args.train_channel), args.train_files)
     vocab = Vocab.from_text(text)
     data = torch.tensor(vocab.encode(text), dtype=torch.long)
-    windows = Windows(data, args.block_size, args.batch_size, args.seed, procs.rank, procs.world)
+    windows = Windows(data, args.block_size, args.batch_size, args.seed, ctx.rank, ctx.world)
     total_steps = args.epochs * windows.steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -388,7 +328,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
     config = ModelConfig(len(vocab.chars), args.block_size, args.n_layer, args.n_head, args.n_embd, args.dropout)
     model = CharTransformer(config).to(device)
     net: nn.Module = model
-    if procs.world > 1:
+    if ctx.distributed:
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -397,7 +337,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
         lr=args.lr,
         betas=(0.9, 0.95),
     )
-    dtype = amp_dtype(args.amp, device)
+    dtype = resolve_amp("auto" if args.amp else "off", device)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
     # ---- resume: rank 0 picks the newest checkpoint that loads, every process loads the same file
@@ -423,8 +363,8 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
             )
 
     epoch, batch, step = 0, 0, 0  # batch: batches of `epoch` already trained
-    found = checkpoints.latest(same_run) if procs.leader else None
-    chosen = procs.broadcast(str(found[0]) if found else None)
+    found = checkpoints.latest(same_run) if ctx.is_leader else None
+    chosen = ctx.broadcast(str(found[0]) if found else None)
     if chosen is not None:
         state = checkpoints.load(Path(chosen))
         model.load_state_dict(state["model_state"])
@@ -432,15 +372,15 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
         if state["scaler"]:
             scaler.load_state_dict(state["scaler"])
         epoch, batch, step = int(state["epoch"]), int(state["batch"]), int(state["step"])
-        if int(state["world"]) != procs.world:
+        if int(state["world"]) != ctx.world:
             log.warning(
-                "checkpoint was written by %d processes, now %d: epoch %d restarts", state["world"], procs.world, epoch
+                "checkpoint was written by %d processes, now %d: epoch %d restarts", state["world"], ctx.world, epoch
             )
             batch = 0
         log.info("resumed from step %d (epoch %d, batch %d, %s)", step, epoch, batch, Path(chosen).name)
 
     def save(reason: str) -> None:
-        if procs.leader:
+        if ctx.is_leader:
             state = {
                 **identity,
                 "model_state": model.state_dict(),
@@ -449,7 +389,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
                 "epoch": epoch,
                 "batch": batch,
                 "step": step,
-                "world": procs.world,
+                "world": ctx.world,
             }
             path = checkpoints.save(state, step)
             log.info("checkpoint %s written (%s)", path.name, reason)
@@ -457,7 +397,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
     log.info(
         "training on %s x %d processes: %d characters, vocabulary %d, %d steps per epoch, %d parameters, amp=%s",
         device.type,
-        procs.world,
+        ctx.world,
         len(text),
         len(vocab.chars),
         windows.steps_per_epoch,
@@ -468,7 +408,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
     window_loss, window_steps, started = torch.zeros((), device=device), 0, time.perf_counter()
     while epoch < args.epochs and not (args.max_steps and step >= args.max_steps):
         while batch < windows.steps_per_epoch and not (args.max_steps and step >= args.max_steps):
-            if procs.any(stop.requested):
+            if ctx.sync_flags(stop.requested)[0]:
                 if step > 0:
                     save(f"{stop.signal_name} received")
                 log.info("stopped by %s after step %d; a restarted job resumes here", stop.signal_name, step)
@@ -491,8 +431,8 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
             window_loss += loss.detach()
             window_steps += 1
             if step % args.log_steps == 0 or batch == windows.steps_per_epoch:
-                tokens = window_steps * args.batch_size * args.block_size * procs.world
-                report(procs, epoch, step, float(window_loss.item()) / window_steps, lr, tokens, started)
+                tokens = window_steps * args.batch_size * args.block_size * ctx.world
+                report(ctx, epoch, step, float(window_loss.item()) / window_steps, lr, tokens, started)
                 window_loss.zero_()
                 window_steps, started = 0, time.perf_counter()
             if args.checkpoint_steps and step % args.checkpoint_steps == 0 and batch < windows.steps_per_epoch:
@@ -503,16 +443,16 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
         else:
             save("max_steps reached")
 
-    if procs.leader:
+    if ctx.is_leader:
         export(model, vocab, Path(os.environ.get("SM_MODEL_DIR", "/opt/ml/model")), step)
     return EXIT_OK
 
 
-def report(procs: Processes, epoch: int, step: int, loss: float, lr: float, tokens: int, started: float) -> None:
+def report(ctx: DistContext, epoch: int, step: int, loss: float, lr: float, tokens: int, started: float) -> None:
     """Collective: rank 0 prints the loss averaged over all processes in the platform's metric line format
     (``gpu_train.metrics``: ``epoch=E step=S loss=L ...``, which the job's MetricDefinitions parse)."""
-    mean_loss = procs.mean(loss)
-    if procs.leader:
+    mean_loss = ctx.sum(loss)[0] / ctx.world
+    if ctx.is_leader:
         rate = tokens / max(time.perf_counter() - started, 1e-9)
         print(f"epoch={epoch} step={step} loss={mean_loss:.6f} lr={lr:.6f} tokens_per_sec={rate:.1f}", flush=True)
 
@@ -585,20 +525,21 @@ def generate(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpu_train import distributed
     from gpu_train.process import StopFlag, setup_logging
 
     args, unknown = parse_args(argv)
     stop = StopFlag().install()  # before anything slow: a SIGTERM during start-up is not lost
-    procs = Processes.start()
-    setup_logging(procs.rank)
-    if not procs.leader:
+    ctx = distributed.init(torch.cuda.is_available())
+    setup_logging(ctx.rank)
+    if not ctx.is_leader:
         logging.getLogger().setLevel(logging.WARNING)
     if unknown:
         log.warning("ignoring arguments this script does not know: %s", " ".join(unknown))
     try:
-        return train(args, procs, stop)
+        return train(args, ctx, stop)
     finally:
-        procs.close()
+        distributed.shutdown()
 
 
 if __name__ == "__main__":

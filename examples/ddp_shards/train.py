@@ -11,16 +11,22 @@ What it uses from the platform's ``gpu_train`` package (on ``PYTHONPATH``):
 * ``gpu_train.checkpoint``: :class:`CheckpointManager` writes checkpoints atomically into
   ``GPU_TRAIN_CHECKPOINT_DIR`` (SageMaker syncs it with ``CheckpointConfig.S3Uri``:
   https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html) and finds the newest valid one;
+* ``gpu_train.distributed``: :func:`init` joins the process group torchrun set up (NCCL on GPUs, gloo on
+  CPUs; a single process without ``WORLD_SIZE`` > 1) and returns a :class:`DistContext` with this process's
+  rank, world and device. Its collectives run on CPU tensors over a separate gloo group, so they never wait
+  for the GPU: ``sync_flags`` (every step: *stop* and *exhausted*, ORed over all processes), ``sum`` (the loss
+  of the metric line), ``gather`` (loader positions into a checkpoint) and ``broadcast`` (the checkpoint to
+  resume from); :func:`shutdown` leaves the group;
 * ``gpu_train.process``: :class:`StopFlag` records SIGTERM. SageMaker sends SIGTERM to stop a job and kills it
   120 s later (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StopTrainingJob.html); the
-  flag is checked every step, all processes agree on it (``all_reduce`` MAX), rank 0 writes a checkpoint and
-  every process exits with 143.
+  flag is checked every step, all processes agree on it (``sync_flags``), rank 0 writes a checkpoint and
+  every process exits with 143;
+* ``gpu_train.train_loop``: :func:`resolve_amp` picks the autocast dtype: bf16 where the GPU supports it, else
+  fp16 (with a ``GradScaler``), none on CPUs (https://pytorch.org/docs/stable/amp.html).
 
-Everything else is plain PyTorch: ``DistributedDataParallel`` (gloo on CPUs, NCCL on GPUs;
-https://pytorch.org/docs/stable/notes/ddp.html) and autocast on CUDA (bf16 where the GPU supports it, else
-fp16 with a ``GradScaler``: https://pytorch.org/docs/stable/amp.html). At the end rank 0 writes
-``model.pt`` (state_dict) and ``model_config.json`` to ``SM_MODEL_DIR``, which SageMaker packs into
-``model.tar.gz``.
+Everything else is plain PyTorch: ``DistributedDataParallel`` (https://pytorch.org/docs/stable/notes/ddp.html)
+and ``torch.autocast`` on CUDA. At the end rank 0 writes ``model.pt`` (state_dict) and ``model_config.json`` to
+``SM_MODEL_DIR``, which SageMaker packs into ``model.tar.gz``.
 """
 
 from __future__ import annotations
@@ -32,20 +38,21 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from gpu_train import distributed
 from gpu_train.checkpoint import CheckpointManager
 from gpu_train.data import LoaderState, ShardLoader, StreamConfig, auto_workers, discover
+from gpu_train.distributed import DistContext
 from gpu_train.errors import ConfigError
 from gpu_train.process import EXIT_OK, EXIT_STOPPED, StopFlag, setup_logging
 from gpu_train.sagemaker import Channel, Paths, load_channels
+from gpu_train.train_loop import resolve_amp
 
 EXAMPLE = "ddp_shards"
 MEAN = (0.485, 0.456, 0.406)
@@ -105,81 +112,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     if args.lr <= 0:
         parser.error(f"--lr={args.lr} is not allowed; allowed: a number > 0")
     return args, unknown
-
-
-# ------------------------------------------------------------------------------------------ processes
-
-
-@dataclass
-class Processes:
-    """This process's place among the training processes, and the collectives the loop needs."""
-
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    local_world: int = 1
-    device: torch.device = torch.device("cpu")  # noqa: RUF009 - torch.device is immutable
-    control: Any = None  # gloo group for small CPU collectives (flags, positions); None: one process
-
-    @classmethod
-    def start(cls) -> Processes:
-        """Join the process group torchrun set up; a single process without ``WORLD_SIZE`` > 1."""
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        cuda = torch.cuda.is_available()
-        device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        if world == 1:
-            return cls(device=device)
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
-        # NCCL collectives need CUDA tensors and wait for the GPU; the per-step flags travel on CPU over gloo.
-        control = dist.new_group(backend="gloo") if cuda else dist.group.WORLD
-        return cls(
-            rank=int(os.environ["RANK"]),
-            world=world,
-            local_rank=local_rank,
-            local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            device=device,
-            control=control,
-        )
-
-    @property
-    def leader(self) -> bool:
-        return self.rank == 0
-
-    def any(self, *flags: bool) -> list[bool]:
-        """Each flag ORed over all processes: every process stops (or ends its epoch) at the same step."""
-        if self.world == 1:
-            return list(flags)
-        tensor = torch.tensor([int(f) for f in flags], dtype=torch.int32)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.control)
-        return [bool(v) for v in tensor.tolist()]
-
-    def total(self, *values: float) -> list[float]:
-        if self.world == 1:
-            return list(values)
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, group=self.control)
-        return [float(v) for v in tensor.tolist()]
-
-    def gather(self, obj: Any) -> list[Any]:
-        if self.world == 1:
-            return [obj]
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj, group=self.control)
-        return out
-
-    def broadcast(self, obj: Any) -> Any:
-        if self.world == 1:
-            return obj
-        box = [obj if self.leader else None]
-        dist.broadcast_object_list(box, src=0, group=self.control)
-        return box[0]
-
-    def close(self) -> None:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -281,14 +213,14 @@ class LossWindow:
         self.loss += loss.detach().float()
         self.steps += 1
 
-    def report(self, procs: Processes, epoch: int, step: int, batch_size: int) -> None:
+    def report(self, ctx: DistContext, epoch: int, step: int, batch_size: int) -> None:
         """Collective: rank 0 prints the loss averaged over all processes, then the window starts again.
 
         The line matches the platform's MetricDefinitions (``gpu_train.metrics``): ``epoch=E step=S loss=L ...``.
         """
-        loss_sum, steps = procs.total(float(self.loss.item()), float(self.steps))
+        loss_sum, steps = ctx.sum(float(self.loss.item()), float(self.steps))
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        if procs.leader:
+        if ctx.is_leader:
             print(
                 f"epoch={epoch} step={step} loss={loss_sum / max(steps, 1.0):.6f} "
                 f"samples_per_sec={steps * batch_size / elapsed:.1f}",
@@ -299,16 +231,10 @@ class LossWindow:
         self.started = time.perf_counter()
 
 
-def amp_dtype(enabled: bool, device: torch.device) -> torch.dtype | None:
-    if not enabled or device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
-def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
+def train(args: argparse.Namespace, ctx: DistContext, stop: StopFlag) -> int:
     """Resume, train until the end or a stop; returns the exit code (0 done, 143 stopped)."""
     torch.manual_seed(args.seed)
-    device = procs.device
+    device = ctx.device
     channel = find_channel(args.train_channel)
     source = discover(channel)
     index = source.index
@@ -320,8 +246,8 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
             "pack it with `gpuctl shard`, or pass --num_classes and --image_size"
         )
     # With ShardedByS3Key each host holds its own shards: split them among the local processes only.
-    rank, world = (procs.local_rank, procs.local_world) if channel.sharded_by_key else (procs.rank, procs.world)
-    workers = loader_workers(args.num_workers, procs.local_world)
+    rank, world = (ctx.local_rank, ctx.local_world) if channel.sharded_by_key else (ctx.rank, ctx.world)
+    workers = loader_workers(args.num_workers, ctx.local_world)
     loader = ShardLoader(
         StreamConfig(
             source=source,
@@ -340,10 +266,10 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # missing in the stubs
     net: nn.Module = model
-    if procs.world > 1:
+    if ctx.distributed:
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    dtype = amp_dtype(args.amp, device)
+    dtype = resolve_amp("auto" if args.amp else "off", device)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     criterion = nn.CrossEntropyLoss()
     mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
@@ -365,8 +291,8 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
 
     epoch, step = 0, 0
     position: LoaderState | None = None  # loader position after the last trained batch (None: epoch start)
-    found = checkpoints.latest(same_model) if procs.leader else None
-    chosen = procs.broadcast(str(found[0]) if found else None)
+    found = checkpoints.latest(same_model) if ctx.is_leader else None
+    chosen = ctx.broadcast(str(found[0]) if found else None)
     if chosen is not None:
         state = checkpoints.load(Path(chosen))
         model.load_state_dict(state["model"])
@@ -375,14 +301,14 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
             scaler.load_state_dict(state["scaler"])
         epoch, step = int(state["epoch"]), int(state["step"])
         positions = state["positions"]
-        if len(positions) == procs.world and positions[procs.rank] is not None:
-            position = LoaderState.from_dict(positions[procs.rank])
+        if len(positions) == ctx.world and positions[ctx.rank] is not None:
+            position = LoaderState.from_dict(positions[ctx.rank])
         log.info("resumed from step %d (epoch %d, %s)", step, epoch, Path(chosen).name)
 
     def save(reason: str) -> None:
         """Collective: every process hands its loader position to rank 0, which writes the file."""
-        positions = procs.gather(position.as_dict() if position is not None else None)
-        if procs.leader:
+        positions = ctx.gather(position.as_dict() if position is not None else None)
+        if ctx.is_leader:
             state = {
                 **identity,
                 "model": model.state_dict(),
@@ -398,7 +324,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
     log.info(
         "training on %s x %d processes: %s classes, %dx%d images, batch %d/process, %d loader workers, amp=%s",
         device.type,
-        procs.world,
+        ctx.world,
         num_classes,
         image_size,
         image_size,
@@ -412,7 +338,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
         batches = loader.epoch(epoch, position)
         while True:
             item = next(batches, None)
-            stopping, exhausted = procs.any(stop.requested, item is None)
+            stopping, exhausted = ctx.sync_flags(stop.requested, item is None)
             if stopping:
                 if step > 0:
                     save(f"{stop.signal_name} received")
@@ -433,13 +359,13 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
             step += 1
             window.add(loss)
             if step % args.log_steps == 0:
-                window.report(procs, epoch, step, args.batch_size)
+                window.report(ctx, epoch, step, args.batch_size)
             if args.checkpoint_steps and step % args.checkpoint_steps == 0:
                 save(f"every {args.checkpoint_steps} steps")
             if args.max_steps and step >= args.max_steps:
                 break
         if window.steps:
-            window.report(procs, epoch, step, args.batch_size)
+            window.report(ctx, epoch, step, args.batch_size)
         trained = sum(position.consumed) if position is not None and position.epoch == epoch else 0
         if trained == 0:
             raise RuntimeError(
@@ -453,7 +379,7 @@ def train(args: argparse.Namespace, procs: Processes, stop: StopFlag) -> int:
             epoch, position = epoch + 1, None
             save(f"end of epoch {epoch - 1}")
 
-    if procs.leader:
+    if ctx.is_leader:
         export(model, Path(os.environ.get("SM_MODEL_DIR", "/opt/ml/model")), identity, index, step)
     return EXIT_OK
 
@@ -480,16 +406,16 @@ def export(model: nn.Module, model_dir: Path, identity: dict[str, Any], index: A
 def main(argv: list[str] | None = None) -> int:
     args, unknown = parse_args(argv)
     stop = StopFlag().install()  # before anything slow: a SIGTERM during start-up is not lost
-    procs = Processes.start()
-    setup_logging(procs.rank)
-    if not procs.leader:
+    ctx = distributed.init(torch.cuda.is_available())
+    setup_logging(ctx.rank)
+    if not ctx.is_leader:
         logging.getLogger().setLevel(logging.WARNING)
     if unknown:
         log.warning("ignoring arguments this script does not know: %s", " ".join(unknown))
     try:
-        return train(args, procs, stop)
+        return train(args, ctx, stop)
     finally:
-        procs.close()
+        distributed.shutdown()
 
 
 if __name__ == "__main__":

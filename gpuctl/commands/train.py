@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl import training_setup as common
-from gpuctl.aws_errors import explain
+from gpuctl.aws_errors import AwsProblem, explain
 from gpuctl.commands import add_command
 from gpuctl.commands.status import wait_for
 from gpuctl.training_setup import (
@@ -243,8 +243,35 @@ def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str
 
 
 @exit_codes("train")
+def offline_setup(args: argparse.Namespace) -> Setup:
+    """The deployed setup; for ``--dry-run``, ``--local`` and ``--save-spec``, when it cannot be read (no
+    credentials, not deployed yet), the synthesized app in ``cdk.out`` instead (``--synth``), with a note saying so
+    and which values are stand-ins."""
+    if args.spec or args.synth or not (args.dry_run or args.local or args.save_spec):
+        return load_setup(args)
+    try:
+        return load_setup(args)
+    except AwsProblem as problem:
+        _region, stack = common.resolve_region_and_stack(args)
+        if not (Path("cdk.out") / f"{stack}.template.json").is_file():
+            raise AwsProblem(
+                problem.what,
+                f"{problem.next_step}; or, without an account, synthesize first (make synth ENV={args.env}) and "
+                "run this again: --dry-run, --local and --save-spec then use the synthesized app",
+                problem.code,
+            ) from None
+        print(
+            f"note: {problem.what.rstrip('.')}: using the synthesized app (cdk.out, stack {stack}) instead. "
+            "Stand-ins for what only a deployment knows: account 111122223333, bucket names placeholder-<hash>, "
+            "subnet-/sg- ids, role and key ARNs",
+            file=sys.stderr,
+        )
+        args.synth = "cdk.out"
+        return load_setup(args)
+
+
 def run(args: argparse.Namespace) -> int:
-    setup = load_setup(args)
+    setup = offline_setup(args)
     if args.save_spec:
         if setup.spec_text is None:
             raise UsageError("there is no job spec to save")

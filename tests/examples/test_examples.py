@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -28,6 +27,7 @@ import pytest
 
 from gpu_train import metrics
 from gpu_train.pack import encode_npy
+from gpu_train.sagemaker import Paths
 from gpu_train.shards import INDEX_NAME, DatasetIndex, ShardWriter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,27 +90,13 @@ def run_script(
     return process.returncode, log.read_text(errors="replace")
 
 
-@dataclass
-class Job:
-    """A SageMaker-like tree for one example: code, channel, model, output and checkpoint folders."""
-
-    root: Path
-
-    @property
-    def code(self) -> Path:
-        return self.root / "code"
+class Job(Paths):
+    """A SageMaker-like tree for one example under ``root``, laid out as :class:`gpu_train.sagemaker.Paths` says:
+    ``code_dir``, the ``train`` channel, ``model_dir``, ``output_data_dir`` and ``checkpoint_dir``."""
 
     @property
     def channel(self) -> Path:
-        return self.root / "input" / "data" / "train"
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.root / "checkpoints"
+        return self.data_dir / "train"
 
     def checkpoint_steps(self) -> list[int]:
         """Steps of the checkpoints on disk, newest first."""
@@ -129,7 +115,7 @@ class Job:
             PYTHONDONTWRITEBYTECODE="1",
             OMP_NUM_THREADS="1",
             SM_MODEL_DIR=str(self.model_dir),
-            SM_OUTPUT_DATA_DIR=str(self.root / "output" / "data"),
+            SM_OUTPUT_DATA_DIR=str(self.output_data_dir),
             SM_CHANNELS='["train"]',
             SM_CHANNEL_TRAIN=str(self.channel),
             SM_HPS=json.dumps(args),
@@ -145,10 +131,10 @@ class Job:
 
 def make_job(tmp_path: Path, example: str, data: Callable[[Path], None]) -> Job:
     job = Job(tmp_path / "opt_ml")
-    shutil.copytree(EXAMPLES / example, job.code, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(EXAMPLES / example, job.code_dir, ignore=shutil.ignore_patterns("__pycache__"))
     job.channel.mkdir(parents=True)
     data(job.channel)
-    for folder in (job.model_dir, job.checkpoint_dir, job.root / "output" / "data"):
+    for folder in (job.model_dir, job.checkpoint_dir, job.output_data_dir):
         folder.mkdir(parents=True)
     return job
 
@@ -176,7 +162,7 @@ def stop_and_resume(job: Job, args: dict[str, str], env: dict[str, str], tmp_pat
     Returns the step of the checkpoint the first run stopped at and the second run's output.
     """
     log = tmp_path / "stopped.log"
-    process = start_script(job.code, args, env, log=log)
+    process = start_script(job.code_dir, args, env, log=log)
     wait_for_checkpoint(job, process, log)
     process.send_signal(signal.SIGTERM)
     try:
@@ -193,7 +179,7 @@ def stop_and_resume(job: Job, args: dict[str, str], env: dict[str, str], tmp_pat
     assert re.search(rf"checkpoint checkpoint-{stopped_at:09d}\.pt written \(SIGTERM received\)", output), output
     assert not (job.model_dir / "model.pt").exists()  # a stopped job exports nothing
 
-    code, output = run_script(job.code, {**args, "max_steps": str(stopped_at + 3)}, env)
+    code, output = run_script(job.code_dir, {**args, "max_steps": str(stopped_at + 3)}, env)
     assert code == 0, output
     assert re.search(rf"resumed from step {stopped_at}\b", output), output
     return stopped_at, output
@@ -248,7 +234,7 @@ def test_ddp_shards_trains_two_processes_and_exports(tmp_path: Path) -> None:
 
     job = make_job(tmp_path, "ddp_shards", write_shards)
     args = {**DDP_ARGS, "sagemaker_region": "eu-west-1"}  # a name the script does not know: logged, not fatal
-    code, output = run_script(job.code, args, job.env(args), nproc=2)
+    code, output = run_script(job.code_dir, args, job.env(args), nproc=2)
 
     assert code == 0, output
     assert "training on cpu x 2 processes" in output
@@ -309,7 +295,7 @@ LM_ARGS = {
 def lm_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Job, int, str]:
     """causal_lm trained by two processes under torchrun: (job, exit code, output)."""
     job = make_job(tmp_path_factory.mktemp("causal_lm"), "causal_lm", copy_text)
-    code, output = run_script(job.code, LM_ARGS, job.env(LM_ARGS), nproc=2)
+    code, output = run_script(job.code_dir, LM_ARGS, job.env(LM_ARGS), nproc=2)
     return job, code, output
 
 

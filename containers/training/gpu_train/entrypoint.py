@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from gpu_train import gpu_check, hyperparameters, sagemaker
 from gpu_train.errors import TrainingError
-from gpu_train.failure import format_failure, write_failure
+from gpu_train.failure import startup_failed
 from gpu_train.launcher import (
     DEFAULT_MASTER_PORT,
     distributed_env,
@@ -67,11 +67,7 @@ def train(environ: dict[str, str] | None = None, *, install_signals: bool = True
         nproc = _processes_per_host(hp, facts)
         world = nproc * env.resource.num_hosts
     except Exception as exc:
-        if not isinstance(exc, TrainingError):
-            log.exception("start-up failed")
-        log.error("%s", format_failure(exc))
-        write_failure(paths.failure_file, format_failure(exc))
-        return EXIT_FAILED
+        return startup_failed(exc, paths.failure_file, log)
 
     if world == 1:
         from gpu_train import worker

@@ -8,6 +8,7 @@ writer wins: a later, secondary error ("a peer process exited") never hides the 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from pathlib import Path
 
@@ -52,3 +53,16 @@ def write_failure(path: Path, text: str, *, overwrite: bool = False) -> bool:
         handle.write(truncate(text))
         handle.write("\n")
     return True
+
+
+def startup_failed(exc: BaseException, failure_file: Path, log: logging.Logger) -> int:
+    """Report a start-up error (before any training process runs): the traceback in the log unless it is one of the
+    runtime's own errors (whose message says it all), the message in the failure file; returns ``EXIT_FAILED``."""
+    from gpu_train.errors import TrainingError
+    from gpu_train.process import EXIT_FAILED
+
+    if not isinstance(exc, TrainingError):
+        log.exception("start-up failed")
+    log.error("%s", format_failure(exc))
+    write_failure(failure_file, format_failure(exc))
+    return EXIT_FAILED

@@ -59,8 +59,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import gpu_train
 from gpu_train import gpu_check, hyperparameters, sagemaker
-from gpu_train.errors import ChannelError, ConfigError, TrainingError
-from gpu_train.failure import format_failure, truncate, write_failure
+from gpu_train.errors import ChannelError, ConfigError
+from gpu_train.failure import format_failure, startup_failed, truncate, write_failure
 from gpu_train.process import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, StopFlag, StopRequested, setup_logging
 
 if TYPE_CHECKING:
@@ -636,11 +636,7 @@ def launch(
         log.warning("stopped by %s before the training script started", stop.signal_name)
         return EXIT_STOPPED
     except Exception as exc:
-        if not isinstance(exc, TrainingError):
-            log.exception("start-up failed")
-        log.error("%s", format_failure(exc))
-        write_failure(paths.failure_file, format_failure(exc))
-        return EXIT_FAILED
+        return startup_failed(exc, paths.failure_file, log)
     if stop.requested:
         log.warning("stopped by %s before the training script started", stop.signal_name)
         return EXIT_STOPPED
