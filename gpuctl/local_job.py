@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,7 +204,7 @@ def run_local_job(
             processes.append(subprocess.Popen(command, env=child_env, start_new_session=True))
         if on_start is not None:
             on_start(processes)
-        codes = [_wait(p, timeout_s) for p in processes]
+        codes = _wait_all(processes, timeout_s)
         results = []
         for host, root, code in zip(hosts, roots, codes, strict=True):
             failure_file = root / "output" / "failure"
@@ -221,11 +222,29 @@ def run_local_job(
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _wait(process: subprocess.Popen[bytes], timeout_s: float | None) -> int:
-    try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        print(f"local job: a host ran past {timeout_s} s and was killed", file=sys.stderr)
-        return 124
+#: After one host fails, how long the others may take to notice before they are stopped (a peer of a failed torchrun
+#: rendezvous can otherwise wait for its whole timeout).
+PEER_GRACE_S = 30.0
+
+
+def _wait_all(processes: list[subprocess.Popen[bytes]], timeout_s: float | None) -> list[int]:
+    """Every host's exit code; a host past ``timeout_s`` is killed (124), and once one host has failed the others
+    get :data:`PEER_GRACE_S` to end before they are killed too."""
+    start = time.monotonic()
+    failed_at: float | None = None
+    while any(p.poll() is None for p in processes):
+        now = time.monotonic()
+        if failed_at is None and any(p.returncode not in (None, 0) for p in processes):
+            failed_at = now
+        late = timeout_s is not None and now - start > timeout_s
+        if late or (failed_at is not None and now - failed_at > PEER_GRACE_S):
+            for process in processes:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                    process.returncode = 124 if late else process.returncode
+            reason = f"ran past {timeout_s} s" if late else f"outlived a failed host by {PEER_GRACE_S:.0f} s"
+            print(f"local job: hosts still running {reason} were killed", file=sys.stderr)
+            break
+        time.sleep(0.2)
+    return [int(p.returncode) for p in processes]

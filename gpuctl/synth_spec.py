@@ -101,6 +101,9 @@ def load_synth_spec(cdk_out: Path, stack_name: str, region: str) -> str:
     ]
     if len(parameters) != 1:
         raise SynthSpecError(f"{template_file} holds no training job spec parameter; allowed: a training stack")
-    value = _resolve(parameters[0]["Value"], template, region)
-    json.loads(value)  # the placeholders kept it JSON
+    try:
+        value = _resolve(parameters[0]["Value"], template, region)
+        json.loads(value)  # the placeholders kept it JSON
+    except (IndexError, ValueError, TypeError) as exc:
+        raise SynthSpecError(f"{template_file}: the job spec cannot be read with stand-ins ({exc})") from None
     return str(value)

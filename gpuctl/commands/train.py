@@ -187,6 +187,8 @@ def with_code(spec: Any, args: argparse.Namespace) -> tuple[Any, CodeUpload | No
             key = code_s3_key(spec.job_name_prefix, package)
             upload = CodeUpload(bucket, key, package.data, len(package.files), package.sha256)
             code_changes.update(source_s3_uri=f"s3://{bucket}/{key}", entry_point=entry_point, builtin=False)
+        elif args.entry_point:  # another script of the setup's own code package
+            code_changes["entry_point"] = args.entry_point
         if args.distribution:
             code_changes["distribution"] = args.distribution
         if args.framework:
@@ -198,7 +200,9 @@ def with_code(spec: Any, args: argparse.Namespace) -> tuple[Any, CodeUpload | No
 
 def check_requirements_route(source_dir: Path, files: Sequence[str], package_index: bool) -> None:
     """Refuse, before any job exists, a ``requirements.txt`` the job could not install."""
-    if "requirements.txt" not in files or package_index:
+    from gpu_train.launcher import lists_packages  # the launcher's own rule of what it would install
+
+    if "requirements.txt" not in files or package_index or not lists_packages(source_dir / "requirements.txt"):
         return
     if any(name.startswith("wheels/") and name.endswith(".whl") for name in files):
         return
@@ -242,7 +246,6 @@ def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str
     return spec, request, job_name, upload
 
 
-@exit_codes("train")
 def offline_setup(args: argparse.Namespace) -> Setup:
     """The deployed setup; for ``--dry-run``, ``--local`` and ``--save-spec``, when it cannot be read (no
     credentials, not deployed yet), the synthesized app in ``cdk.out`` instead (``--synth``), with a note saying so
@@ -270,7 +273,10 @@ def offline_setup(args: argparse.Namespace) -> Setup:
         return load_setup(args)
 
 
+@exit_codes("train")
 def run(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        check_pipeline_options(args)  # before anything is packaged or uploaded
     setup = offline_setup(args)
     if args.save_spec:
         if setup.spec_text is None:
@@ -283,7 +289,10 @@ def run(args: argparse.Namespace) -> int:
     if upload is not None and not args.dry_run:
         _upload(setup, spec, upload)
     elif upload is not None:
-        print(f"would upload {upload.files} files ({len(upload.data)} bytes) to s3://{upload.bucket}/{upload.key}")
+        print(
+            f"would upload {upload.files} files ({len(upload.data)} bytes) to s3://{upload.bucket}/{upload.key}",
+            file=sys.stderr,
+        )
     if args.pipeline:
         return _start_pipeline(setup, args, job_name, spec)
     if args.dry_run:
@@ -330,10 +339,15 @@ def _run_local(spec: Any, request: dict[str, Any], args: argparse.Namespace, job
     )
     from gpuctl.local_job import LocalJobError, run_local_job
 
-    if args.pipeline:
-        raise UsageError("--local runs the job request itself; allowed: --local or --pipeline, not both")
     if spec.code is None:
         raise UsageError("--local needs a setup whose jobs run code through the launcher; redeploy the stack")
+    if args.source_dir is None and not spec.code.builtin:
+        raise UsageError(
+            "--local needs --source-dir: this setup's default code package is in S3; allowed: --source-dir FOLDER"
+        )
+    if args.dry_run:
+        print(json.dumps(request, indent=2))
+        return 0
     channels: dict[str, Path] = {k: Path(v) for k, v in parse_pairs(args.channel, "--channel", "train=./data").items()}
     source = args.source_dir if args.source_dir is not None else DEFAULT_CODE_DIR
     package_file, _ = ensure_source_package(source, spec.code.entry_point)
@@ -351,16 +365,22 @@ def _run_local(spec: Any, request: dict[str, Any], args: argparse.Namespace, job
     return 0 if result.ok else 1
 
 
-def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str, spec: Any) -> int:
-    """Start the deployed state machine with the runtime values (validated above with the same spec)."""
-    arn = setup.outputs.get(OUTPUT_STATE_MACHINE)
-    if not arn:
-        raise UsageError("--pipeline needs the deployed stack (its StateMachineArn output); drop --spec")
+def check_pipeline_options(args: argparse.Namespace) -> None:
+    """What an execution of the state machine cannot change (they are fixed in its Train state)."""
+    if args.local:
+        raise UsageError("--local runs the job request itself; allowed: --local or --pipeline, not both")
     if args.instance_count is not None or args.metric or args.distribution or args.framework:
         raise UsageError(
             "--pipeline takes the setup's instance count, metrics, distribution and framework; allowed with "
             "--pipeline: --source-dir, --entry-point, --instance-type, --data-version, -p"
         )
+
+
+def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str, spec: Any) -> int:
+    """Start the deployed state machine with the runtime values (validated above with the same spec)."""
+    arn = setup.outputs.get(OUTPUT_STATE_MACHINE)
+    if not arn:
+        raise UsageError("--pipeline needs the deployed stack (its StateMachineArn output); drop --spec")
     execution_input: dict[str, Any] = {"job_name": job_name}
     if args.source_dir is not None:
         execution_input["code"] = spec.code.source_s3_uri

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import tarfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
+from moto import mock_aws
 
 from gpu_constructs.training_spec import S3Channel, TrainingJobSpec, service_model_problems
+from gpu_constructs.training_spec.code import TrainingCode
+from gpu_constructs.training_spec.code_package import code_s3_key, package_source_dir
 from gpu_train.metrics import METRIC_DEFINITIONS
 from gpuctl import training_setup
 from gpuctl.aws_errors import explain, explain_failure_reason, quota_name, service_quotas_url
@@ -466,3 +471,398 @@ def test_logs_follow_stops_when_the_job_ends(aws: Recorder, capsys: pytest.Captu
     aws.stub("sagemaker").add_response("describe_training_job", FAILED_JOB, {"TrainingJobName": "gpu-dev-train-f"})
     assert main(["logs", "gpu-dev-train-f", *SETUP, "--follow"]) == 1  # the job failed
     assert capsys.readouterr().out.splitlines() == ["[algo-1] one", "[algo-1] two"]  # no line twice
+
+
+# --------------------------------------------------------------------------------------------------
+# gpuctl train: your own code (--source-dir), its upload, and --local
+# --------------------------------------------------------------------------------------------------
+
+ARTIFACTS = "gpu-dev-artifacts"
+CODE = TrainingCode(
+    source_s3_uri=f"s3://{ARTIFACTS}/code/gpu-dev-train/builtin/sourcedir.tar.gz",
+    drivers_s3_uri=f"s3://{ARTIFACTS}/drivers/gpu_train_driver.pyz",
+    upload_prefix=f"s3://{ARTIFACTS}/code/gpu-dev-train/",
+    builtin=True,
+)
+CODE_SPEC = SPEC.with_changes(code=CODE)
+#: A script that leaves its arguments and its train channel's files in the model folder.
+SCRIPT = """import os, pathlib, sys
+model = pathlib.Path(os.environ["SM_MODEL_DIR"])
+files = sorted(p.name for p in pathlib.Path(os.environ["SM_CHANNEL_TRAIN"]).iterdir())
+(model / "result.txt").write_text(" ".join(sys.argv[1:]) + " | " + ",".join(files))
+"""
+
+
+def _spec_file(tmp_path: Path, spec: TrainingJobSpec = CODE_SPEC) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec.to_dict()))
+    return path
+
+
+def _source(tmp_path: Path, files: dict[str, str] | None = None, name: str = "src") -> Path:
+    root = tmp_path / name
+    for relative, text in (files or {"train.py": SCRIPT, "lib/util.py": "X = 1\n"}).items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
+
+
+def _code_uri(source: Path, entry_point: str = "train.py") -> str:
+    return f"s3://{ARTIFACTS}/{code_s3_key('gpu-dev-train', package_source_dir(source, entry_point))}"
+
+
+def _dry_run(capsys: pytest.CaptureFixture, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Run ``gpuctl train ... --dry-run``: the "would upload" lines (on stderr, so stdout is only the JSON a
+    pipe reads), and the JSON."""
+    assert main(["train", *argv, "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if line.startswith("would upload")]
+    return notes, json.loads(captured.out)
+
+
+def _code_channel(request: dict[str, Any]) -> str:
+    [channel] = [c for c in request["InputDataConfig"] if c["ChannelName"] == "code"]
+    return str(channel["DataSource"]["S3DataSource"]["S3Uri"])
+
+
+def test_source_dir_dry_run_names_the_content_addressed_package_and_runs_it(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = _source(tmp_path)
+    package = package_source_dir(source, "train.py")
+    spec = ["--spec", str(_spec_file(tmp_path)), "--region", REGION, "--job-name", "gpu-dev-train-own"]
+    lines, request = _dry_run(capsys, [*spec, "--source-dir", str(source), "--entry-point", "train.py"])
+    uri = f"s3://{ARTIFACTS}/code/gpu-dev-train/{package.sha256}/sourcedir.tar.gz"
+    assert lines == [f"would upload 2 files ({len(package.data)} bytes) to {uri}"]
+    assert _code_channel(request) == uri
+    algorithm = request["AlgorithmSpecification"]
+    assert algorithm["ContainerArguments"] == [
+        *("--entry-point", "train.py", "--distribution", "auto"),
+        *("--framework", "auto", "--package-index", "no"),
+    ]
+    assert algorithm["ContainerEntrypoint"][:2] == ["/bin/sh", "-c"]
+    assert service_model_problems("CreateTrainingJob", request) == []
+    assert aws.calls == []  # a dry run asks S3 nothing
+
+
+def test_the_upload_uri_changes_with_the_content_only(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = _source(tmp_path)
+    argv = ["--spec", str(_spec_file(tmp_path)), "--region", REGION, "--job-name", "gpu-dev-train-own"]
+
+    def uri() -> str:
+        return _code_channel(_dry_run(capsys, [*argv, "--source-dir", str(source)])[1])
+
+    first = uri()
+    assert uri() == first  # the same folder: the same package, the same key
+    (source / "__pycache__").mkdir()
+    (source / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0")
+    assert uri() == first  # a built-in exclusion is not part of the package
+    (source / "lib" / "util.py").write_text("X = 2\n")
+    changed = uri()
+    assert changed != first and changed == _code_uri(source)
+
+
+def test_entry_point_distribution_and_framework_reach_the_launcher(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = _source(tmp_path, {"src/fit.py": "print('fit')\n"})
+    argv = ["--spec", str(_spec_file(tmp_path)), "--region", REGION, "--source-dir", str(source)]
+    argv += ["--entry-point", "src/fit.py", "--distribution", "single", "--framework", "pytorch"]
+    _, request = _dry_run(capsys, argv)
+    assert request["AlgorithmSpecification"]["ContainerArguments"] == [
+        *("--entry-point", "src/fit.py", "--distribution", "single"),
+        *("--framework", "pytorch", "--package-index", "no"),
+    ]
+    assert _code_channel(request) == _code_uri(source, "src/fit.py")
+
+
+def test_metrics_replace_the_setups_and_instance_count_sets_the_hosts(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["--spec", str(_spec_file(tmp_path)), "--region", REGION, "--source-dir", str(_source(tmp_path))]
+    argv += ["--metric", "loss=loss=([0-9.]+)", "--metric", "acc = acc=([0-9.]+)", "--instance-count", "2"]
+    _, request = _dry_run(capsys, argv)
+    assert request["AlgorithmSpecification"]["MetricDefinitions"] == [
+        {"Name": "loss", "Regex": "loss=([0-9.]+)"},
+        {"Name": "acc", "Regex": "acc=([0-9.]+)"},
+    ]
+    assert request["ResourceConfig"]["InstanceCount"] == 2
+    # without the options the setup's own values stay
+    _, plain = _dry_run(capsys, ["--spec", str(_spec_file(tmp_path)), "--region", REGION])
+    assert plain["AlgorithmSpecification"]["MetricDefinitions"] == [dict(m) for m in METRIC_DEFINITIONS]
+    assert plain["ResourceConfig"]["InstanceCount"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--metric", "x"], "--metric 'x' is not NAME=VALUE; allowed: e.g. --metric loss='loss=([0-9.]+)'"),
+        (["--metric", "loss="], "--metric 'loss=' is not NAME=VALUE"),
+        (["--metric", "=loss=(.*)"], "--metric '=loss=(.*)' is not NAME=VALUE"),
+        (["--instance-count", "0"], "instance_count=0 is not allowed; allowed: an integer >= 1"),
+        (["--entry-point", "fit.py"], "entry_point='fit.py' is not a file in"),
+        (["--entry-point", "../train.py"], "entry_point='../train.py' is not allowed"),
+    ],
+)
+def test_bad_code_options_exit_2_naming_the_option(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    source = _source(tmp_path)
+    code = main(["train", "--spec", str(_spec_file(tmp_path)), "--region", REGION, "--source-dir", str(source), *argv])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuctl train: ") and message in err
+    assert aws.calls == []
+
+
+@pytest.mark.parametrize(
+    ("package_index", "files", "accepted"),
+    [
+        (False, {"requirements.txt": "einops==0.8.1\n"}, False),
+        (False, {"requirements.txt": "einops==0.8.1\n", "wheels/README": "not a wheel\n"}, False),
+        (False, {"requirements.txt": "einops==0.8.1\n", "wheels/x.whl": "PK"}, True),
+        (True, {"requirements.txt": "einops==0.8.1\n"}, True),
+        (False, {}, True),  # no requirements.txt: nothing to install
+    ],
+    ids=["private-no-wheels", "private-wheels-folder-without-wheels", "private-vendored", "index", "no-requirements"],
+)
+def test_requirements_need_a_package_index_or_vendored_wheels(
+    aws: Recorder,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    package_index: bool,
+    files: dict[str, str],
+    accepted: bool,
+) -> None:
+    source = _source(tmp_path, {"train.py": "print(1)\n", **files})
+    spec_file = _spec_file(tmp_path, SPEC.with_changes(code=replace(CODE, package_index=package_index)))
+    code = main(["train", "--spec", str(spec_file), "--region", REGION, "--source-dir", str(source), "--dry-run"])
+    captured = capsys.readouterr()
+    if accepted:
+        assert code == 0, captured.err
+        assert json.loads(captured.out[captured.out.index("{") :])["AlgorithmSpecification"]["ContainerArguments"][
+            -1
+        ] == ("yes" if package_index else "no")
+    else:
+        assert code == 2
+        assert f"{source}/requirements.txt lists packages, but this setup's jobs have no route" in captured.err
+        assert f"gpuctl vendor {source}" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("spec", "argv", "message"),
+    [
+        (SPEC, ["--source-dir", "SRC"], "this setup's jobs run the image's own entry (its spec has no code)"),
+        (SPEC, ["--distribution", "single"], "allowed: deploy the training stack of this version"),
+        (SPEC, ["--local", "--channel", "train=SRC"], "--local needs a setup whose jobs run code through the launcher"),
+        (CODE_SPEC, ["--entry-point", "train.py"], "--entry-point needs --source-dir (the setup's default code is"),
+        (
+            SPEC.with_changes(code=replace(CODE, upload_prefix=None)),
+            ["--source-dir", "SRC"],
+            "the setup publishes no code upload prefix; allowed: redeploy the training stack",
+        ),
+    ],
+    ids=["no-code-source-dir", "no-code-distribution", "no-code-local", "entry-point-alone", "no-upload-prefix"],
+)
+def test_code_options_the_setup_cannot_run_exit_2(
+    aws: Recorder,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    spec: TrainingJobSpec,
+    argv: list[str],
+    message: str,
+) -> None:
+    source = _source(tmp_path)
+    argv = [str(source) if a == "SRC" else a.replace("=SRC", f"={source}") for a in argv]
+    assert main(["train", "--spec", str(_spec_file(tmp_path, spec)), "--region", REGION, *argv, "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+    assert aws.calls == []
+
+
+def test_the_runtime_checks_hyperparameters_of_the_built_in_code_only(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["train", "--spec", str(_spec_file(tmp_path)), "--region", REGION, "-p", "foo=1", "--dry-run"]
+    assert main(argv) == 2
+    assert "unknown hyperparameter 'foo'; allowed: " in capsys.readouterr().err
+    _, request = _dry_run(capsys, [*argv[1:-1], "--source-dir", str(_source(tmp_path))])
+    assert request["HyperParameters"]["foo"] == "1"  # the script's own argument, not the runtime's
+
+
+def _code_stack(recorder: Recorder, spec: TrainingJobSpec = CODE_SPEC) -> None:
+    _describe_stack(recorder)
+    recorder.stub("ssm").add_response(
+        "get_parameter",
+        {"Parameter": {"Name": PARAMETER, "Type": "String", "Value": json.dumps(spec.to_dict())}},
+        {"Name": PARAMETER},
+    )
+
+
+def test_pipeline_dry_run_passes_the_upload_and_entry_point(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    _code_stack(aws)
+    source = _source(tmp_path)
+    argv = [*SETUP, "--pipeline", "--job-name", "gpu-dev-train-p", "--source-dir", str(source), "-p", "lr=0.2"]
+    lines, started = _dry_run(capsys, argv)
+    uri = _code_uri(source)
+    assert lines == [f"would upload 2 files ({len(package_source_dir(source, 'train.py').data)} bytes) to {uri}"]
+    assert started == {
+        "stateMachineArn": STATE_MACHINE,
+        "name": "gpu-dev-train-p",
+        "input": {
+            "job_name": "gpu-dev-train-p",
+            "code": uri,
+            "entry_point": "train.py",
+            "hyperparameters": {"lr": "0.2"},
+        },
+    }
+    assert aws.calls == ["cloudformation.DescribeStacks", "ssm.GetParameter"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--instance-count", "2"], ["--metric", "loss=loss=(.*)"], ["--framework", "pytorch"]],
+    ids=["instance-count", "metric", "framework"],
+)
+def test_pipeline_refuses_what_the_state_machine_fixes(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str]
+) -> None:
+    assert main(["train", *SETUP, "--pipeline", "--source-dir", str(_source(tmp_path)), *argv, "--dry-run"]) == 2
+    assert aws.calls == []  # refused before the setup is read or anything is packaged
+    assert "--pipeline takes the setup's instance count, metrics, distribution and framework" in (
+        capsys.readouterr().err
+    )
+
+
+def test_pipeline_refuses_instance_count_before_uploading(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["train", *SETUP, "--pipeline", "--source-dir", str(_source(tmp_path)), "--instance-count", "2"]
+    assert main(argv) == 2
+    assert aws.calls == []
+
+
+@pytest.fixture()
+def s3(aws: Recorder, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str]]:
+    """Moto's S3 and KMS (the artifacts bucket and its key) behind ``make_client('s3')``; the recorder's stubbed
+    clients for the rest. Yields (S3 client, key ARN)."""
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=ARTIFACTS)
+        key_arn = boto3.client("kms", region_name=REGION).create_key()["KeyMetadata"]["Arn"]
+        client.meta.events.register("before-call.s3.*", lambda model, **_: aws.calls.append(f"s3.{model.name}"))
+
+        def make_client(service: str, region: str | None) -> Any:
+            return client if service == "s3" else aws.client(service, region)
+
+        monkeypatch.setattr(training_setup, "make_client", make_client)
+        yield client, key_arn
+
+
+def test_source_dir_is_uploaded_once_with_the_setups_kms_key(
+    aws: Recorder, s3: tuple[Any, str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    client, key_arn = s3
+    spec = CODE_SPEC.with_changes(output_kms_key=key_arn)
+    spec_file = _spec_file(tmp_path, spec)
+    source = _source(tmp_path)
+    package = package_source_dir(source, "train.py")
+    uri = _code_uri(source)
+    key = uri.removeprefix(f"s3://{ARTIFACTS}/")
+    sent = replace(CODE, source_s3_uri=uri, entry_point="train.py", builtin=False)
+    for name in ("gpu-dev-train-u1", "gpu-dev-train-u2"):
+        aws.stub("sagemaker").add_response(
+            "create_training_job",
+            {"TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}"},
+            spec.with_changes(code=sent).to_request(name),
+        )
+    argv = ["train", "--spec", str(spec_file), "--region", REGION, "--source-dir", str(source)]
+
+    assert main([*argv, "--job-name", "gpu-dev-train-u1"]) == 0
+    assert aws.calls == ["s3.HeadObject", "s3.PutObject", "sagemaker.CreateTrainingJob"]
+    assert f"code package uploaded: {uri} (2 files)" in capsys.readouterr().err
+    head = client.head_object(Bucket=ARTIFACTS, Key=key)
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", key_arn)
+    assert head["ContentType"] == "application/gzip"
+    assert client.get_object(Bucket=ARTIFACTS, Key=key)["Body"].read() == package.data
+
+    aws.calls.clear()
+    assert main([*argv, "--job-name", "gpu-dev-train-u2"]) == 0
+    assert aws.calls == ["s3.HeadObject", "sagemaker.CreateTrainingJob"]  # same content: no second PutObject
+    captured = capsys.readouterr()
+    assert f"code package already uploaded (same content): {uri}" in captured.err
+    assert "started gpu-dev-train-u2" in captured.out
+
+
+def test_local_runs_the_request_with_the_source_dir(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-0.bin").write_bytes(b"\0")
+    monkeypatch.chdir(tmp_path)  # the default --output is ./local-output/<job name>
+    argv = ["train", "--spec", str(_spec_file(tmp_path)), "--region", REGION, "--job-name", "gpu-dev-train-l"]
+    argv += ["--source-dir", str(_source(tmp_path)), "--local", "--channel", f"train={data}", "-p", "lr=0.1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    tarball = tmp_path / "local-output" / "gpu-dev-train-l" / "model.tar.gz"
+    assert "algo-1: exit 0" in out and f"model: {Path('local-output') / 'gpu-dev-train-l' / 'model.tar.gz'}" in out
+    with tarfile.open(tarball) as archive:
+        assert archive.getnames() == ["result.txt"]
+        result = archive.extractfile("result.txt")
+        assert result is not None
+        assert result.read().decode() == "--epochs 10 --lr 0.1 | shard-0.bin"
+    assert aws.calls == []
+
+
+def test_local_failure_exits_1_with_the_scripts_reason(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = _source(tmp_path, {"train.py": "raise ValueError('learning rate 5.0 diverges')\n"})
+    argv = ["train", "--spec", str(_spec_file(tmp_path)), "--region", REGION, "--source-dir", str(source)]
+    argv += ["--local", "--channel", f"train={tmp_path}", "--output", str(tmp_path / "out")]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "algo-1: exit 1: " in out and "ValueError: learning rate 5.0 diverges" in out
+    assert not (tmp_path / "out" / "model.tar.gz").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "channels ['train'] have no local data; allowed: --channel NAME=FOLDER for each of them"),
+        (["--channel", "train"], "--channel 'train' is not NAME=VALUE; allowed: e.g. --channel train=./data"),
+        (["--channel", "train=MISSING"], "does not exist; allowed: an existing folder or file"),
+        (["--channel", "train=SRC", "--pipeline"], "allowed: --local or --pipeline, not both"),
+    ],
+    ids=["no-channel", "bad-channel", "missing-folder", "pipeline"],
+)
+def test_local_usage_errors_exit_2(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    source = _source(tmp_path)
+    argv = [a.replace("=SRC", f"={source}").replace("=MISSING", f"={tmp_path / 'missing'}") for a in argv]
+    base = ["train", "--spec", str(_spec_file(tmp_path)), "--region", REGION, "--source-dir", str(source)]
+    assert main([*base, "--local", "--output", str(tmp_path / "out"), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_entry_point_alone_on_a_setup_with_its_own_code_is_not_dropped(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    own = SPEC.with_changes(code=replace(CODE, builtin=False))
+    argv = ["train", "--spec", str(_spec_file(tmp_path, own)), "--region", REGION, "--entry-point", "other.py"]
+    code = main([*argv, "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and json.loads(out)["AlgorithmSpecification"]["ContainerArguments"][1] == "other.py"
+
+
+def test_a_requirements_file_without_packages_needs_no_route(
+    aws: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = _source(tmp_path, {"train.py": "print(1)\n", "requirements.txt": "# none yet\n\n"})
+    argv = ["train", "--spec", str(_spec_file(tmp_path)), "--region", REGION, "--source-dir", str(source)]
+    assert main([*argv, "--dry-run"]) == 0

@@ -43,7 +43,18 @@ SYS_PATH_ALLOWED = {
     ROOT / "containers" / "inference" / "gpu_serve" / "handler.py",
 }
 
-_SKIP_DIRS = {".git", ".venv", "node_modules", "cdk.out", "__pycache__", ".mypy_cache", ".ruff_cache", ".bench"}
+_SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "node_modules",
+    "cdk.out",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".bench",
+    "build",
+    "dist",
+}
 _SYS_PATH_MUTATORS = {"insert", "append", "extend", "remove", "pop", "clear", "__setitem__", "__delitem__"}
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,44 +50,96 @@ def media_type(header: str | None) -> str:
     return header.split(";", 1)[0].strip().lower()
 
 
-def parse_accept(header: str | None, default: str) -> list[str]:
-    """Media ranges of an Accept header, best first (by ``q``, then order); ``*/*`` or none -> ``default``.
+@dataclass(frozen=True)
+class MediaRange:
+    """One media range of an Accept header: ``type/subtype``, ``type/*`` or ``*/*``, its weight and position."""
 
-    A range with ``q=0`` is dropped. ``type/*`` ranges are kept as given and matched by :func:`choose_accept`.
+    media_type: str
+    q: float
+    index: int
+
+    def specificity(self, candidate: str) -> int:
+        """How closely this range matches ``candidate`` (2 exact, 1 ``type/*``, 0 ``*/*``); -1: no match."""
+        if self.media_type == candidate:
+            return 2
+        if self.media_type == ANY:
+            return 0
+        if self.media_type.endswith("/*") and candidate.startswith(self.media_type[:-1]):
+            return 1
+        return -1
+
+
+def _qvalue(text: str) -> float | None:
+    """RFC 9110 section 12.4.2 ``qvalue`` (0 to 1, at most three decimals); ``None`` when malformed."""
+    text = text.strip()
+    try:
+        q = float(text)
+    except ValueError:
+        return None
+    if not 0.0 <= q <= 1.0 or not text[:1].isdigit():  # also refuses nan, inf and "-0"
+        return None
+    return q
+
+
+def parse_accept(header: str | None) -> list[MediaRange]:
+    """The media ranges of an Accept header, in header order, ``q=0`` ones included.
+
+    A range with a malformed weight (``q=abc``, ``q=2``) is ignored, as a server may ignore what it cannot
+    parse; an absent, blank or wholly malformed header gives ``[]`` (meaning: any type is acceptable).
     """
-    if not header or not header.strip():
-        return [default]
-    ranges: list[tuple[float, int, str]] = []
+    if not header:
+        return []
+    ranges: list[MediaRange] = []
     for index, part in enumerate(header.split(",")):
         pieces = [p.strip() for p in part.split(";")]
         mtype = pieces[0].lower()
-        if not mtype:
+        if "/" not in mtype:
             continue
-        q = 1.0
+        q: float | None = 1.0
         for param in pieces[1:]:
             key, _, value = param.partition("=")
             if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        if q <= 0:
+                q = _qvalue(value)
+                break  # parameters after the weight are accept extensions
+        if q is not None:
+            ranges.append(MediaRange(mtype, q, index))
+    return ranges
+
+
+def negotiate_accept(header: str | None, default: str, supported: Sequence[str] | None) -> str | None:
+    """The response type for an Accept header (RFC 9110 section 12.5.1), or ``None`` when none is acceptable.
+
+    Each candidate type takes the weight of the most specific range that matches it (``application/json``
+    over ``application/*`` over ``*/*``), so ``application/json;q=0, */*`` accepts anything but JSON;
+    ``q=0`` means "not acceptable" (section 12.4.2). The best weight wins; ties go to the range listed first,
+    then to ``default``. ``supported`` lists the types the encoder produces; ``None`` means any type (a
+    handler's own ``output_fn`` that declares no ``ACCEPT_TYPES``): then the candidates are ``default`` and
+    the ranges the client names, as written (``*/*`` when only a wildcard accepts and ``default`` is refused:
+    the handler chooses). Without an Accept header (or only ``*/*``) the answer is ``default`` when
+    it is supported, else the first supported type.
+    """
+    ranges = parse_accept(header)
+    if not ranges:
+        if supported is None or default in supported:
+            return default
+        return supported[0] if supported else None
+    if supported is None:
+        candidates = list(dict.fromkeys([default, *(r.media_type for r in ranges)]))
+    else:
+        candidates = list(dict.fromkeys(supported))
+    best: tuple[float, int, int] | None = None
+    chosen: str | None = None
+    for candidate in candidates:
+        matching = [(r.specificity(candidate), -r.index, r) for r in ranges if r.specificity(candidate) >= 0]
+        if not matching:
             continue
-        ranges.append((-q, index, default if mtype == ANY else mtype))
-    return [m for _, _, m in sorted(ranges)] or [default]
-
-
-def choose_accept(candidates: Sequence[str], supported: Sequence[str]) -> str | None:
-    """First candidate the encoder supports (``type/*`` matches the first supported of that type)."""
-    for cand in candidates:
-        if cand in supported:
-            return cand
-        if cand.endswith("/*"):
-            prefix = cand[:-1]
-            for sup in supported:
-                if sup.startswith(prefix):
-                    return sup
-    return None
+        _, _, rule = max(matching, key=lambda m: (m[0], m[1]))
+        if rule.q <= 0:
+            continue
+        rank = (rule.q, -rule.index, 1 if candidate == default else 0)
+        if best is None or rank > best:
+            best, chosen = rank, candidate
+    return chosen
 
 
 def _as_tensor(array: np.ndarray, what: str) -> torch.Tensor:
@@ -109,12 +164,36 @@ def _loads(body: str | bytes) -> Any:
     return json.loads(body)
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(body: str | bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest (brackets inside strings do not count).
+
+    Linear in the body and without recursion, so that it can measure bodies that the parsers refuse.
+    """
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else bytes(body)
+    codes = np.frombuffer(_JSON_STRING.sub(b'""', raw), dtype=np.uint8)
+    if codes.size == 0:
+        return 0
+    steps = np.isin(codes, (ord("["), ord("{"))).astype(np.int64) - np.isin(codes, (ord("]"), ord("}")))
+    return max(0, int(np.cumsum(steps).max()))
+
+
 def decode_json(body: str | bytes) -> torch.Tensor:
     """A JSON array (or ``{"inputs": [...]}`` / ``{"instances": [...]}``) -> float32 tensor."""
     try:
         data = _loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequestError(f"body is not valid JSON: {exc}", expected="a JSON array of numbers") from None
+    except RecursionError:
+        # orjson stops at 1,024 levels, the json module at Python's recursion limit: a body nested deeper is
+        # no tensor (numpy allows 64 dimensions), so it is a client error, not a handler failure.
+        raise BadRequestError(
+            f"JSON body nests arrays/objects {json_depth(body)} levels deep, more than the JSON parser allows "
+            f"(about {sys.getrecursionlimit()}); a tensor needs one level per dimension (at most 64)",
+            expected="a JSON array of numbers with one nesting level per tensor dimension",
+        ) from None
     if isinstance(data, dict):
         keys = [k for k in ("inputs", "instances") if k in data]
         if len(keys) != 1:

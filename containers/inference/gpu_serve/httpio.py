@@ -110,6 +110,19 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
                 headers[key] = f"{headers[key]}, {value}"
         else:
             headers[key] = value
+    if "transfer-encoding" in headers:
+        if "content-length" in headers:
+            # RFC 9112 section 6.3: such a message "ought to be handled as an error"; a front end that
+            # frames it by Content-Length and a back end that frames it by the chunks disagree on where
+            # the next request starts (request smuggling). Refused, and the connection closed.
+            raise HttpError(
+                400,
+                f"request has both Content-Length ({headers['content-length'][:40]!r}) and Transfer-Encoding "
+                f"({headers['transfer-encoding'][:40]!r}); send only one of them",
+            )
+        if version == "HTTP/1.0":
+            # RFC 9112 section 6.1: Transfer-Encoding in an HTTP/1.0 request means faulty framing.
+            raise HttpError(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request; send Content-Length")
     return Request(method, target, version, headers)
 
 
@@ -190,7 +203,7 @@ async def _drop(reader: asyncio.StreamReader, limit: int) -> None:
 async def linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Half-close, drop what the client still sends (bounded in time and bytes), then close."""
     try:
-        await writer.drain()
+        await within(LINGER_S, writer.drain())
         if writer.can_write_eof():
             writer.write_eof()
         await within(LINGER_S, _drop(reader, LINGER_BYTES))

@@ -3,7 +3,9 @@
 Every line the server writes to stdout is one JSON object with an ``event`` field:
 
 - ``access``: one per HTTP request: ``method``, ``path``, ``status``, ``latency_ms``, and for invocations
-  ``model_latency_ms``, ``queue_ms``, ``batch_size``, ``bytes_in``, ``bytes_out``, ``request_id``;
+  ``model_latency_ms``, ``queue_ms``, ``batch_size``, ``bytes_in``, ``bytes_out``, ``request_id``; a request
+  whose response was not fully written has ``cut_off`` (``client``: status 499; ``shutdown``: status 503),
+  ``sent_status`` (the status of the response that was cut off, if one was started) and ``error``;
 - ``batch``: one per forward pass: ``batch_size`` (rows), ``requests``, ``model_latency_ms``, ``queued``;
 - ``metrics``: a periodic summary of the counters (totals since start);
 - ``start``, ``ready``, ``draining``, ``stop``, ``error``, ``warning``: lifecycle and failures
@@ -55,7 +57,7 @@ LOG_METRIC_FILTERS: tuple[LogMetricFilter, ...] = (
         f"{{ {_INVOKE} && ($.status >= 400) && ($.status < 500) }}",
         "1",
         "Count",
-        "Client errors: 400 bad input, 406, 413, 415.",
+        "Client errors: 400 bad input, 406, 413, 415; 499 when the client hung up before its answer was written.",
         0,
     ),
     LogMetricFilter(
@@ -79,7 +81,8 @@ LOG_METRIC_FILTERS: tuple[LogMetricFilter, ...] = (
         f"{{ {_INVOKE} && ($.status = 503) }}",
         "1",
         "Count",
-        "503: the request queue was full (or the server was loading or draining).",
+        "503: the request queue was full, too many connections, the server was loading or draining, or the "
+        "shutdown cut a response off.",
         0,
     ),
     LogMetricFilter(

@@ -19,12 +19,20 @@ read so that the client sees the response):
 - body over ``GPU_SERVE_MAX_BODY_BYTES`` (Content-Length, or while reading a chunked body): 413;
 - a Content-Type the handler cannot decode: 415; an Accept it cannot encode: 406;
 - more than ``GPU_SERVE_QUEUE_SIZE`` invocations inside the server: 503 with Retry-After;
+- more than ``GPU_SERVE_MAX_CONNECTIONS`` open connections: the extra connection carries one request and is
+  closed; ``GET /ping`` on it is answered as usual (SageMaker takes an instance whose health check fails
+  out of service), anything else gets 503 with Retry-After;
 - malformed body or wrong shape: 400 with a JSON error that says what was expected;
 - exception in predict_fn/output_fn: 500, logged with its traceback; the model thread goes on;
 - no answer within ``GPU_SERVE_REQUEST_TIMEOUT_S``: 504.
 
 SIGTERM (or SIGINT): ``/ping`` turns 503, new invocations get 503, in-flight ones finish (at most
 ``GPU_SERVE_DRAIN_TIMEOUT_S``), then the server exits 0.
+
+A request counts as answered once its whole response is handed to the kernel (each connection's write
+buffer limit is 0, so ``drain()`` returns only then). A response cut off before that, by a client that
+closed the connection or by the end of the drain, is logged and counted as such: status 499 (client) or
+503 (shutdown), with ``cut_off``, ``sent_status`` and ``error`` fields, never as a 200.
 """
 
 from __future__ import annotations
@@ -65,6 +73,12 @@ INLINE_BODY_BYTES = 64 * 1024
 INLINE_OUTPUT_ELEMENTS = 64 * 1024
 #: A keep-alive connection idle this long is closed; a body that stalls this long is abandoned.
 IDLE_TIMEOUT_S = 120.0
+#: A connection over GPU_SERVE_MAX_CONNECTIONS must send its request head within this time.
+OVER_LIMIT_HEAD_TIMEOUT_S = 5.0
+#: After the drain, how long the requests still running get to log their cut-off before the server stops.
+CLOSE_WAIT_S = 2.0
+#: Status logged for a response cut off because the client closed the connection (nginx's convention).
+CLIENT_CLOSED_STATUS = 499
 _KNOWN_CONTENT_TYPES = frozenset((*codecs.DEFAULT_CONTENT_TYPES, *codecs.UTF8_TYPES))
 
 
@@ -78,12 +92,14 @@ async def _read_body(reader: asyncio.StreamReader, length: int | None, limit: in
 class _Exchange:
     """One request's response status and the fields of its access-log line."""
 
-    __slots__ = ("close", "fields", "request_id", "start", "status")
+    __slots__ = ("close", "complete", "cut", "fields", "request_id", "start", "status")
 
     def __init__(self, request_id: str) -> None:
         self.start = time.monotonic()
         self.request_id = request_id
-        self.status = 0
+        self.status = 0  # the status of the response being written (0: none yet)
+        self.complete = False  # the whole response was handed to the kernel
+        self.cut: str | None = None  # why the exchange ended early: "client", "shutdown" or "error"
         self.close = False
         self.fields: dict[str, Any] = {"bytes_in": 0, "bytes_out": 0}
 
@@ -111,7 +127,10 @@ class ServeApp:
         self.port: int | None = None
         self.good_shapes: set[tuple[int, ...]] = set()
         self._inflight = 0
-        self._connections: set[asyncio.StreamWriter] = set()
+        self._connections: set[asyncio.StreamWriter] = set()  # counted against GPU_SERVE_MAX_CONNECTIONS
+        self._over_limit: set[asyncio.StreamWriter] = set()  # one request each, then closed
+        self._tasks: set[asyncio.Task[None]] = set()  # one per open connection
+        self._closing = False  # the drain is over: connections are being closed
         self._pool = ThreadPoolExecutor(max_workers=config.decode_threads, thread_name_prefix="gpu-serve-decode")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -155,13 +174,12 @@ class ServeApp:
         self.log.log("draining", inflight=self._inflight, drain_timeout_s=config.drain_timeout_s)
         drained = True
         try:
-            await asyncio.wait_for(self._idle.wait(), config.drain_timeout_s)
+            await httpio.within(config.drain_timeout_s, self._idle.wait())
         except TimeoutError:
             drained = False
             self.log.log("warning", message=f"drain timed out with {self._inflight} requests in flight")
         server.close()
-        for writer in list(self._connections):
-            writer.close()
+        await self._close_connections()
         if metrics_task is not None:
             metrics_task.cancel()
         if self.batcher is not None:
@@ -169,6 +187,17 @@ class ServeApp:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.log.log("stop", exit_code=code, drained=drained, **self.counters.snapshot())
         return code
+
+    async def _close_connections(self) -> None:
+        """Close every connection; a request still running is cut off, and logged so, before ``stop``."""
+        self._closing = True
+        for writer in (*self._connections, *self._over_limit):
+            writer.close()
+        tasks = [task for task in self._tasks if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
 
     def request_stop(self) -> None:
         """Start the drain from any thread (what SIGTERM does)."""
@@ -261,14 +290,19 @@ class ServeApp:
 
     # -- connections ---------------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._connections) >= self.config.max_connections:
-            body = json.dumps({"status": 503, "error": "Service Unavailable", "message": "too many connections"})
-            headers = {"Retry-After": str(self.config.retry_after_s)}
-            writer.write(httpio.response(503, body.encode(), codecs.JSON, headers, close=True))
-            await httpio.linger_close(reader, writer)
-            return
-        self._connections.add(writer)
+        # drain() returns only once the kernel has taken every byte: "answered" means written, and a
+        # response cut off by a disconnect or the shutdown is noticed (asyncio's default returns at 64 KiB).
+        writer.transport.set_write_buffer_limits(high=0)
+        over_limit = len(self._connections) >= self.config.max_connections
+        members = self._over_limit if over_limit else self._connections
+        members.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
+            if over_limit:
+                await self._over_limit_request(reader, writer)
+                return
             while True:
                 try:
                     req = await httpio.within(IDLE_TIMEOUT_S, httpio.read_request(reader))
@@ -292,16 +326,56 @@ class ServeApp:
                 traceback=traceback.format_exc(),
             )
         finally:
-            self._connections.discard(writer)
+            members.discard(writer)
+            if task is not None:
+                self._tasks.discard(task)
             writer.close()
 
-    async def _dispatch(self, req: httpio.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    def _too_many_connections(self) -> ServeError:
+        limit = self.config.max_connections
+        return ServeError(
+            f"too many connections: {len(self._connections)} open, GPU_SERVE_MAX_CONNECTIONS={limit}; "
+            "retry later (GET /ping is still answered)",
+            status_code=503,
+        )
+
+    async def _over_limit_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection over ``GPU_SERVE_MAX_CONNECTIONS``: one request, then close.
+
+        ``GET /ping`` is answered as on any connection: SageMaker health-checks ``/ping`` and takes an
+        instance that fails it out of service, which a busy server must not provoke. Anything else gets 503
+        with Retry-After. The head must come within ``OVER_LIMIT_HEAD_TIMEOUT_S``.
+        """
+        try:
+            req = await httpio.within(OVER_LIMIT_HEAD_TIMEOUT_S, httpio.read_request(reader))
+        except (TimeoutError, httpio.HttpError):
+            err = self._too_many_connections()
+            payload = {"status": 503, "error": "Service Unavailable", "message": err.message}
+            headers = {"Retry-After": str(self.config.retry_after_s)}
+            writer.write(httpio.response(503, json.dumps(payload).encode(), codecs.JSON, headers, close=True))
+            await httpio.linger_close(reader, writer)
+            return
+        if req is not None:
+            await self._dispatch(req, reader, writer, over_limit=True)
+
+    async def _dispatch(
+        self,
+        req: httpio.Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        over_limit: bool = False,
+    ) -> bool:
         """Handle one request; True when the connection stays open for the next one."""
         rid = req.header("x-request-id") or req.header("x-amzn-requestid") or uuid.uuid4().hex
         ex = _Exchange(rid[:128])
         path = req.path
         try:
-            if req.method == "POST" and path == "/invocations":
+            if over_limit:
+                ex.close = True
+            if over_limit and (req.method, path) != ("GET", "/ping"):
+                await self._refuse(req, reader, writer, ex, self._too_many_connections(), None, retry_after=True)
+            elif req.method == "POST" and path == "/invocations":
                 await self._invocations(req, reader, writer, ex)
             elif req.method == "GET" and path in ("/ping", "/execution-parameters"):
                 if req.header("transfer-encoding") or req.header("content-length") not in (None, "0"):
@@ -319,26 +393,52 @@ class ServeApp:
                     f"no route {req.method} {path!r}; routes: GET /ping, POST /invocations", status_code=404
                 )
                 await self._refuse(req, reader, writer, ex, err, self._length_or_none(req))
-        except httpio.ClientGone:
-            ex.status = ex.status or 499
-            ex.fields.setdefault("error", "client closed the connection")
+        except (httpio.ClientGone, ConnectionError):
             ex.close = True
-        except ConnectionError:
-            ex.status = ex.status or 499
+            ex.cut = "shutdown" if self._closing else "client"  # closing: the server closed the socket
+        except asyncio.CancelledError:  # the drain is over (or the loop stops)
             ex.close = True
+            ex.cut = "shutdown"
+            raise
+        except Exception:  # logged with its traceback by _connection
+            ex.close = True
+            ex.cut = "error"
+            raise
         finally:
             self._finish(req, path, ex)
         return not ex.close and req.keep_alive and self.state != "draining"
 
+    def _cut_off_status(self, ex: _Exchange) -> int:
+        """The status to log for an exchange whose response was not fully written, with the reason."""
+        sent = ex.status
+        what = f"a {sent} response was cut off" if sent else "no response was sent"
+        ex.fields["cut_off"] = ex.cut
+        if sent:
+            ex.fields["sent_status"] = sent
+        if ex.cut == "client":
+            ex.fields["error"] = f"the client closed the connection before the response was complete ({what})"
+            return CLIENT_CLOSED_STATUS
+        if ex.cut == "shutdown":
+            ex.fields["error"] = (
+                f"the server shut down before the response was complete ({what}; "
+                f"GPU_SERVE_DRAIN_TIMEOUT_S={self.config.drain_timeout_s:g})"
+            )
+            return 503
+        ex.fields["error"] = f"unhandled server error ({what}); the traceback is in the error line"
+        return 500
+
     def _finish(self, req: httpio.Request, path: str, ex: _Exchange) -> None:
-        self.counters.record_response(path, ex.status)
-        if not self.config.access_log or (path == "/ping" and ex.status == 200):
+        status = ex.status
+        if ex.cut is not None and not ex.complete:
+            status = self._cut_off_status(ex)
+        self.counters.record_response(path, status)
+        if not self.config.access_log or (path == "/ping" and status == 200):
             return
         self.log.log(
             "access",
             method=req.method,
             path=path,
-            status=ex.status,
+            status=status,
             latency_ms=round((time.monotonic() - ex.start) * 1000.0, 3),
             request_id=ex.request_id,
             **ex.fields,
@@ -363,9 +463,10 @@ class ServeApp:
         all_headers = {"X-Request-Id": ex.request_id, **(headers or {})}
         writer.write(httpio.response(status, body, content_type, all_headers, close=ex.close))
         try:
-            await writer.drain()
-        except ConnectionError:
+            await httpio.within(IDLE_TIMEOUT_S, writer.drain())
+        except (ConnectionError, TimeoutError):  # a client that reads nothing for this long is gone too
             raise httpio.ClientGone() from None
+        ex.complete = True
 
     async def _send_error(
         self,
@@ -498,19 +599,10 @@ class ServeApp:
             err = codecs.unsupported_content_type(ctype, handler.content_types)
             await self._refuse(req, reader, writer, ex, err, length)
             return
-        candidates = codecs.parse_accept(req.header("accept"), config.default_accept)
-        if handler.accept_types is not None:
-            chosen = codecs.choose_accept(candidates, handler.accept_types)
-            if chosen is None:
-                err = UnsupportedAcceptError(
-                    f"Accept {req.header('accept')!r} cannot be produced; supported: {', '.join(handler.accept_types)}",
-                    supported=list(handler.accept_types),
-                )
-                await self._refuse(req, reader, writer, ex, err, length)
-                return
-            accept = chosen
-        else:
-            accept = candidates[0]
+        accept = codecs.negotiate_accept(req.header("accept"), config.default_accept, handler.accept_types)
+        if accept is None:
+            await self._refuse(req, reader, writer, ex, self._not_acceptable(req, handler), length)
+            return
         ex.fields["accept"] = accept
         if self._inflight >= config.queue_size:
             err = ServeError(f"request queue is full ({config.queue_size} in flight); retry later", status_code=503)
@@ -525,6 +617,23 @@ class ServeApp:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    @staticmethod
+    def _not_acceptable(req: httpio.Request, handler: Handler) -> UnsupportedAcceptError:
+        """406 for an Accept header that accepts nothing this handler produces (``q=0`` refuses a type)."""
+        shown = req.header("accept")
+        refusals = any(r.q == 0 for r in codecs.parse_accept(shown))
+        why = " (q=0 marks a type as not acceptable)" if refusals else ""
+        if handler.accept_types is None:
+            return UnsupportedAcceptError(
+                f"Accept {shown!r} accepts no media type{why}; this handler declares no ACCEPT_TYPES, so any "
+                "type accepted with q>0 goes to its output_fn",
+            )
+        supported = list(handler.accept_types)
+        return UnsupportedAcceptError(
+            f"Accept {shown!r} accepts none of the supported types{why}; supported: {', '.join(supported)}",
+            supported=supported,
+        )
 
     async def _invoke(
         self,
@@ -577,7 +686,7 @@ class ServeApp:
 
         remaining = config.request_timeout_s - (time.monotonic() - ex.start)
         try:
-            result = await asyncio.wait_for(asyncio.wrap_future(future), max(0.0, remaining))
+            result = await httpio.within(max(0.0, remaining), asyncio.wrap_future(future))
         except TimeoutError:
             future.cancel()
             msg = f"no prediction within GPU_SERVE_REQUEST_TIMEOUT_S={config.request_timeout_s:g} s"

@@ -146,7 +146,7 @@ def package(model_dir: Path, tarball: Path) -> Path:
 
 
 def export_example_model(
-    out_dir: Path,
+    out_dir: str | os.PathLike[str],
     *,
     num_classes: int = 3,
     image_size: int = 32,
@@ -156,7 +156,10 @@ def export_example_model(
     classes: Sequence[str] = (),
 ) -> Path:
     """A small, randomly initialised (seeded) model as ``out_dir/model.tar.gz``; ``out_dir/model`` holds
-    the unpacked files. For tests of the inference runtime; takes well under a second."""
+    the unpacked files. For tests of the inference runtime; takes well under a second.
+
+    ``out_dir`` may be a ``str`` or any path-like; it is created when missing."""
+    out_dir = Path(out_dir)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:

@@ -348,7 +348,7 @@ def resolve_entry_point(code_dir: Path, entry: str) -> Path:
 # -------------------------------------------------------------------------------------- requirements
 
 
-def _lists_packages(requirements: Path) -> bool:
+def lists_packages(requirements: Path) -> bool:
     """True when ``requirements.txt`` has a line other than blanks and comments (pip's rule: ``#`` at the
     start of a line or after whitespace starts a comment)."""
     return any(re.sub(r"(^|\s)#.*$", "", line).strip() for line in requirements.read_text().splitlines())
@@ -357,7 +357,7 @@ def _lists_packages(requirements: Path) -> bool:
 def requirements_command(code_dir: Path, *, package_index: bool) -> list[str] | None:
     """The pip command for the code's ``requirements.txt`` (None: nothing to install)."""
     requirements = code_dir / "requirements.txt"
-    if not requirements.is_file() or not _lists_packages(requirements):
+    if not requirements.is_file() or not lists_packages(requirements):
         return None
     wheels = code_dir / "wheels"
     pip = [sys.executable, "-m", "pip", "install"]

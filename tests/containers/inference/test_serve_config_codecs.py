@@ -78,13 +78,46 @@ def test_media_type_drops_parameters_and_case() -> None:
     assert codecs.media_type(None) == ""
 
 
-def test_accept_is_ordered_by_quality_and_star_means_the_default() -> None:
-    assert codecs.parse_accept(None, "application/json") == ["application/json"]
-    assert codecs.parse_accept("*/*", "application/x-npy") == ["application/x-npy"]
-    ranked = codecs.parse_accept("application/json;q=0.5, application/x-npy, text/csv;q=0", "application/json")
-    assert ranked == ["application/x-npy", "application/json"]
-    assert codecs.choose_accept(["text/html", "application/*"], codecs.DEFAULT_ACCEPT_TYPES) == "application/json"
-    assert codecs.choose_accept(["text/csv"], codecs.DEFAULT_ACCEPT_TYPES) is None
+JSON, NPY = codecs.JSON, codecs.NPY
+DEFAULTS = codecs.DEFAULT_ACCEPT_TYPES
+
+
+def test_accept_ranges_keep_their_weights_and_skip_malformed_ones() -> None:
+    ranges = codecs.parse_accept("Application/JSON;q=0.5, application/x-npy, text/csv;q=0, text/html;q=abc, x")
+    assert [(r.media_type, r.q, r.index) for r in ranges] == [
+        ("application/json", 0.5, 0),
+        ("application/x-npy", 1.0, 1),
+        ("text/csv", 0.0, 2),
+    ]
+    assert codecs.parse_accept(None) == [] and codecs.parse_accept(" ") == []
+    assert codecs.parse_accept("text/csv;q=1.5, text/csv;q=nan, text/csv;q=-0") == []
+
+
+@pytest.mark.parametrize(
+    ("header", "supported", "chosen"),
+    [
+        (None, DEFAULTS, JSON),
+        ("*/*", DEFAULTS, JSON),
+        ("application/json;q=0.5, application/x-npy", DEFAULTS, NPY),
+        ("text/html, application/*;q=0.5", DEFAULTS, JSON),  # wildcard tie: the default
+        ("application/x-npy, */*", DEFAULTS, NPY),  # tie: the range listed first
+        ("text/html", DEFAULTS, None),
+        # q=0 means "not acceptable" (RFC 9110 section 12.4.2), also under a wildcard that would match.
+        ("application/json;q=0", DEFAULTS, None),
+        ("application/json;q=0.0, application/x-npy;q=0", DEFAULTS, None),
+        ("*/*;q=0", DEFAULTS, None),
+        ("application/json;q=0, */*", DEFAULTS, NPY),
+        ("application/*;q=0, application/x-npy;q=0.1", DEFAULTS, NPY),  # the more specific range wins
+        ("application/json;q=abc", DEFAULTS, JSON),  # a malformed weight is ignored, like no header
+        (None, ("text/plain",), "text/plain"),  # no Accept: anything is acceptable
+        # A handler's own output_fn without ACCEPT_TYPES takes what the client names.
+        ("text/csv", None, "text/csv"),
+        ("application/json;q=0", None, None),
+        ("application/json;q=0, */*", None, "*/*"),
+    ],
+)
+def test_accept_negotiation(header: str | None, supported: tuple[str, ...] | None, chosen: str | None) -> None:
+    assert codecs.negotiate_accept(header, JSON, supported) == chosen
 
 
 # -- decoders ---------------------------------------------------------------------------------------------------
@@ -101,6 +134,9 @@ def test_json_bodies_become_float32_batches() -> None:
         ("[[1, 2], [3]]", r"not a rectangular array of numbers"),
         ('[["a", "b"]]', r"not a rectangular array of numbers"),
         ('{"x": [1]}', r"exactly one of the keys 'inputs' or 'instances'; got keys \['x'\]"),
+        ("[" * 100 + "1" + "]" * 100, r"not a rectangular array of numbers"),  # over numpy's 64 dimensions
+        ("[" * 50_000 + "]" * 50_000, r"nests arrays/objects 50000 levels deep, more than the JSON parser"),
+        ('{"inputs": ' + "[" * 5_000 + "]" * 5_000 + "}", r"5001 levels deep"),
     ],
 )
 def test_bad_json_is_a_bad_request_that_says_what_was_expected(body: str, match: str) -> None:
@@ -108,6 +144,12 @@ def test_bad_json_is_a_bad_request_that_says_what_was_expected(body: str, match:
         codecs.decode_json(body)
     assert info.value.status_code == 400
     assert "expected" in info.value.details
+
+
+def test_json_depth_ignores_brackets_inside_strings() -> None:
+    assert codecs.json_depth("[[1, 2], [3]]") == 2
+    assert codecs.json_depth(b'{"a": "[[[[\\" [", "b": [1]}') == 2
+    assert codecs.json_depth("1") == 0 and codecs.json_depth("") == 0
 
 
 def test_npy_keeps_integers_casts_float64_and_refuses_pickles() -> None:

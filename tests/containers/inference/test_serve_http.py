@@ -120,6 +120,8 @@ def test_wrong_shape_is_400_saying_what_was_expected(server: ServerProcess) -> N
         (b'[["a", "b", "c", "d"]]', "application/json", "not a rectangular array of numbers"),
         (b"definitely not npy", "application/x-npy", "not a valid .npy array"),
         (b"\x89PNG\r\n\x1a\n broken", "image/png", "not a valid image/png image"),
+        # Nested past the parsers' recursion limits: a plain 400 that says how deep, not a RecursionError.
+        (b"[" * 100_000 + b"]" * 100_000, "application/json", "nests arrays/objects 100000 levels deep"),
     ],
 )
 def test_malformed_bodies_are_400(server: ServerProcess, body: bytes, ctype: str, message: str) -> None:
@@ -134,6 +136,20 @@ def test_unknown_content_type_is_415_and_unknown_accept_is_406(server: ServerPro
     r406 = invoke(server.port, [[1, 2, 3, 4]], accept="text/html")
     assert r406.status == 406 and r406.json()["supported"] == ["application/json", "application/x-npy"]
     assert invoke(server.port, [[1, 2, 3, 4]], accept="text/html, application/*;q=0.5").status == 200
+
+
+@pytest.mark.parametrize("accept", ["application/json;q=0", "application/json;q=0, application/x-npy;q=0", "*/*;q=0"])
+def test_accept_with_only_q_0_types_is_406_naming_the_supported_types(server: ServerProcess, accept: str) -> None:
+    reply = invoke(server.port, [[1, 2, 3, 4]], accept=accept)
+    assert reply.status == 406, reply.body
+    assert reply.json()["supported"] == ["application/json", "application/x-npy"]
+    assert f"Accept {accept!r} accepts none of the supported types" in reply.json()["message"]
+
+
+def test_q_0_excludes_a_type_that_a_wildcard_would_match(server: ServerProcess) -> None:
+    reply = invoke(server.port, [[1, 2, 3, 4]], accept="application/json;q=0, */*;q=0.8")
+    assert reply.status == 200 and reply.headers["content-type"] == "application/x-npy"
+    assert np.load(io.BytesIO(reply.body)).shape == (1, 3)
 
 
 def test_body_over_the_limit_is_413_decided_from_content_length(server: ServerProcess) -> None:
@@ -169,6 +185,22 @@ def test_expect_100_continue_and_chunked_bodies(server: ServerProcess) -> None:
     )
     response, _ = raw(server.port, chunked)
     assert status_of(response) == 200 and response.rstrip().endswith(b"]]")
+
+
+def test_content_length_with_transfer_encoding_is_400_and_closes(server: ServerProcess) -> None:
+    # Framed by its chunks, this body ends at "0"; framed by Content-Length, the GET after it is part of the
+    # body. A server that picks either framing lets the two disagree (request smuggling, RFC 9112 section 6.3).
+    smuggle = (
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /execution-parameters HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    response, _ = raw(server.port, smuggle, timeout=5)
+    assert status_of(response) == 400 and response.count(b"HTTP/1.1 ") == 1  # nothing after it is served
+    assert b"Connection: close" in response
+    assert b"both Content-Length ('40') and Transfer-Encoding ('chunked')" in response
+    http10 = b"POST /invocations HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    response, _ = raw(server.port, http10, timeout=5)
+    assert status_of(response) == 400 and b"not allowed in an HTTP/1.0 request" in response
 
 
 def test_missing_length_is_411_and_unknown_routes_are_404_405(server: ServerProcess) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from serve_http import invoke, raw, request, status_of
 
+from gpu_serve import server as server_module
 from gpu_serve.config import ServeConfig
 from gpu_serve.metrics import JsonLogger
 from gpu_serve.process import ServerProcess
@@ -110,24 +113,98 @@ def test_ping_is_503_while_the_model_loads(tmp_path: Path) -> None:
     assert not thread.is_alive()
 
 
-def test_connections_over_the_limit_get_503(tmp_path: Path) -> None:
-    root = _write_handler(tmp_path, "import torch\ndef model_fn(model_dir):\n    return torch.nn.Identity()\n")
-    config = ServeConfig(model_dir=root, host="127.0.0.1", port=0, metrics_interval_s=0, max_connections=1)
-    app = ServeApp(config, JsonLogger(io.StringIO()))
+@contextlib.contextmanager
+def running_app(config: ServeConfig, stream: io.StringIO) -> Iterator[ServeApp]:
+    """A ServeApp serving on a thread until the block ends (then stopped, as SIGTERM would)."""
+    app = ServeApp(config, JsonLogger(stream))
     thread = threading.Thread(target=lambda: asyncio.run(app.run(install_signals=False)), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while app.state != "ready" and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert app.port is not None
+    assert app.port is not None and app.state == "ready", stream.getvalue()
     try:
-        with socket.create_connection(("127.0.0.1", app.port), timeout=5) as first:
-            first.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert first.recv(4096).startswith(b"HTTP/1.1 200 OK")  # kept alive: holds the only slot
-            response, _ = raw(app.port, b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
-        assert status_of(response) == 503 and b"too many connections" in response and b"Retry-After: 1" in response
-        time.sleep(0.1)  # the first connection is closed now: its slot is free again
-        assert request(app.port, "GET", "/ping").status == 200
+        yield app
     finally:
         app.request_stop()
         thread.join(10)
+    assert not thread.is_alive()
+
+
+IDENTITY = "import torch\ndef model_fn(model_dir):\n    return torch.nn.Identity()\n"
+#: A 32 MiB answer: more than the socket buffers of both ends hold, so a client that does not read it (or is
+#: gone) keeps the response from being written completely.
+BIG_ANSWER = IDENTITY + "def transform_fn(model, body, content_type, accept):\n    return b'x' * (32 << 20)\n"
+POST = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]"
+
+
+def _wait_for_event(stream: io.StringIO, event: str, timeout: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [e for e in _log_events(stream) if e["event"] == event]
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no {event!r} line within {timeout} s; log:\n{stream.getvalue()[-3000:]}")
+
+
+def test_ping_is_answered_over_the_connection_limit_and_other_requests_get_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _write_handler(tmp_path, IDENTITY)
+    config = ServeConfig(model_dir=root, host="127.0.0.1", port=0, metrics_interval_s=0, max_connections=1)
+    monkeypatch.setattr(server_module, "OVER_LIMIT_HEAD_TIMEOUT_S", 0.3, raising=False)
+    stream = io.StringIO()
+    with running_app(config, stream) as app:
+        with socket.create_connection(("127.0.0.1", app.port), timeout=5) as first:
+            first.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert first.recv(4096).startswith(b"HTTP/1.1 200 OK")  # kept alive: holds the only slot
+            # SageMaker's health check must never be refused: it is answered, and the connection closed.
+            ping, _ = raw(app.port, b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
+            refused, _ = raw(app.port, POST, timeout=5)
+            silent, seconds = raw(app.port, b"", timeout=5)  # sends no request head at all
+        time.sleep(0.1)  # the first connection is closed now: its slot is free again
+        after = invoke(app.port, [[1.0, 2.0]])
+    assert status_of(ping) == 200 and b"Connection: close" in ping and ping.endswith(b'{"status": "healthy"}')
+    assert status_of(refused) == 503 and b"Retry-After: 1" in refused
+    assert b"too many connections: 1 open, GPU_SERVE_MAX_CONNECTIONS=1" in refused
+    assert status_of(silent) == 503 and seconds < 2
+    assert after.status == 200 and after.json() == [[1.0, 2.0]]
+    throttled = [e for e in _log_events(stream) if e["event"] == "access" and e["status"] == 503]
+    assert [e["path"] for e in throttled] == ["/invocations"]
+
+
+def test_a_response_cut_off_by_the_client_is_not_a_success(tmp_path: Path) -> None:
+    root = _write_handler(tmp_path, BIG_ANSWER)
+    stream = io.StringIO()
+    config = ServeConfig(model_dir=root, host="127.0.0.1", port=0, metrics_interval_s=0)
+    with running_app(config, stream) as app:
+        with socket.create_connection(("127.0.0.1", app.port), timeout=5) as sock:
+            sock.sendall(POST)  # and hang up without reading the answer
+        access = _wait_for_event(stream, "access")
+        counters = app.counters.snapshot()
+    assert access["status"] == 499 and access["cut_off"] == "client" and access["sent_status"] == 200
+    assert "client closed the connection before the response was complete" in access["error"]
+    assert counters["invocations_ok"] == 0 and counters["errors_by_status"] == {"499": 1}
+
+
+def test_a_response_cut_off_by_the_shutdown_is_logged_before_stop(tmp_path: Path) -> None:
+    root = _write_handler(tmp_path, BIG_ANSWER)
+    stream = io.StringIO()
+    config = ServeConfig(model_dir=root, host="127.0.0.1", port=0, metrics_interval_s=0, drain_timeout_s=0.3)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # no receive-window autotuning
+        with running_app(config, stream) as app:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", app.port))
+            sock.sendall(POST)
+            assert sock.recv(15) == b"HTTP/1.1 200 OK"  # the answer is being written; the client stalls
+        events = _log_events(stream)
+    names = [e["event"] for e in events]
+    access = next(e for e in events if e["event"] == "access")
+    assert names.index("access") < names.index("stop")
+    assert access["status"] == 503 and access["cut_off"] == "shutdown" and access["sent_status"] == 200
+    assert "server shut down before the response was complete" in access["error"]
+    stop = events[-1]
+    assert stop["event"] == "stop" and stop["drained"] is False
+    assert stop["invocations_ok"] == 0 and stop["errors_by_status"] == {"503": 1}

@@ -1,0 +1,165 @@
+"""gpuctl.synth_spec: the job spec of a synthesized app, deploy-time values as placeholders of the right shape.
+
+The spec read from the dev app's cloud assembly must load as a TrainingJobSpec and render a request that
+SageMaker's service model accepts (no placeholder may break a botocore pattern), so ``gpuctl train --synth``
+works on a fresh clone without an AWS account.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_constructs.training_spec import TrainingJobSpec, service_model_problems
+from gpu_constructs.training_spec.code_package import code_s3_key, package_source_dir
+from gpuctl import training_setup
+from gpuctl.cli import main
+from gpuctl.synth_spec import PLACEHOLDER_ACCOUNT, SynthSpecError, load_synth_spec
+
+STACK = "gpu-dev-training"
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="module")
+def outdir(synth: Any) -> Path:
+    return Path(synth("dev").outdir)
+
+
+@pytest.fixture(scope="module")
+def spec_text(outdir: Path) -> str:
+    return load_synth_spec(outdir, STACK, REGION)
+
+
+@pytest.fixture()
+def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No AWS client may be made; the environment picks neither a stack, an environment nor a region."""
+
+    def refuse(service: str, region: str | None) -> Any:
+        raise AssertionError(f"--synth made an AWS client ({service}, {region})")
+
+    monkeypatch.setattr(training_setup, "make_client", refuse)
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "GPUCTL_STACK", "GPUCTL_ENV"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_synthesized_spec_loads_and_renders_a_valid_request(spec_text: str) -> None:
+    assert "Fn::" not in spec_text and '"Ref"' not in spec_text  # every reference resolved
+    spec = TrainingJobSpec.from_json(spec_text)
+    request = spec.to_request("gpu-dev-train-x")
+    assert service_model_problems("CreateTrainingJob", request) == []
+    assert request["RoleArn"].startswith(f"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/")
+    assert spec.job_name_prefix == "gpu-dev-train"
+    assert spec.subnets and all(re.fullmatch(r"subnet-[0-9a-f]{17}", s) for s in spec.subnets)
+    assert spec.security_group_ids and all(re.fullmatch(r"sg-[0-9a-f]{17}", s) for s in spec.security_group_ids)
+    assert spec.output_kms_key is not None
+    assert re.fullmatch(rf"arn:aws:kms:{REGION}:{PLACEHOLDER_ACCOUNT}:key/[0-9a-f-]{{36}}", spec.output_kms_key)
+    assert spec.code is not None and spec.code.builtin
+    # one bucket, one placeholder: the output and the code upload prefix are both in the artifacts bucket
+    output_bucket = spec.output_s3_uri.split("/")[2]
+    assert re.fullmatch(r"placeholder-[0-9a-f]{12}", output_bucket)
+    assert spec.code.upload_prefix == f"s3://{output_bucket}/code/gpu-dev-train/"
+
+
+def test_the_prod_spec_with_fsx_and_two_hosts_renders_a_valid_request(synth: Any) -> None:
+    text = load_synth_spec(Path(synth("prod").outdir), "gpu-prod-training", "us-west-2")
+    spec = TrainingJobSpec.from_json(text)
+    request = spec.to_request(spec.sample_job_name())
+    assert service_model_problems("CreateTrainingJob", request) == []
+    assert spec.uses_fsx and spec.is_multi_host
+    sources = [c["DataSource"] for c in request["InputDataConfig"]]
+    fsx = [source["FileSystemDataSource"] for source in sources if "FileSystemDataSource" in source]
+    assert fsx and all(re.fullmatch(r"fs-[0-9a-f]{17}", source["FileSystemId"]) for source in fsx)
+    assert all(re.fullmatch(r"/[0-9a-f]{8}/datasets/.+", source["DirectoryPath"]) for source in fsx)  # /<mount name>/
+    assert request["OutputDataConfig"]["KmsKeyId"].startswith(f"arn:aws:kms:us-west-2:{PLACEHOLDER_ACCOUNT}:key/")
+
+
+def test_the_placeholders_are_stable_and_follow_the_region(outdir: Path, spec_text: str) -> None:
+    assert load_synth_spec(outdir, STACK, REGION) == spec_text
+    other = json.loads(load_synth_spec(outdir, STACK, "eu-west-1"))
+    assert other["output_kms_key"].startswith(f"arn:aws:kms:eu-west-1:{PLACEHOLDER_ACCOUNT}:key/")
+
+
+def test_a_missing_folder_or_stack_says_to_synthesize(outdir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SynthSpecError, match=r"does not exist; allowed: synthesize first \(make synth ENV=<env>\)"):
+        load_synth_spec(tmp_path / "no-cdk-out", STACK, REGION)
+    with pytest.raises(SynthSpecError, match=r"gpu-qa-training.template.json does not exist; .*make synth"):
+        load_synth_spec(outdir, "gpu-qa-training", REGION)
+    with pytest.raises(SynthSpecError, match="holds no training job spec parameter; allowed: a training stack"):
+        load_synth_spec(outdir, "gpu-dev-network", REGION)
+
+
+def test_references_resolve_to_placeholders_of_their_shape(tmp_path: Path) -> None:
+    """Each intrinsic the training template uses, in a minimal template."""
+    value = {
+        "Fn::Join": [
+            "",
+            [
+                '{"role": "',
+                {"Fn::GetAtt": ["JobRole1234", "Arn"]},
+                '", "key": "',
+                {"Fn::ImportValue": "gpu-dev-data:ExportsOutputFnGetAttArtifactsKeyArn"},
+                '", "bucket": "',
+                {"Ref": "Bucket83908E77"},
+                '", "subnet": "',
+                {"Fn::Select": [0, {"Fn::Split": [",", {"Fn::ImportValue": "gpu-dev-network:TrainingSubnets"}]}]},
+                '", "sub": "',
+                {"Fn::Sub": "arn:${AWS::Partition}:s3:::x-${AWS::AccountId}-${AWS::Region}"},
+                '"}',
+            ],
+        ]
+    }
+    template = {
+        "Resources": {
+            "JobRole1234": {"Type": "AWS::IAM::Role"},
+            "Bucket83908E77": {"Type": "AWS::S3::Bucket"},
+            "Spec": {"Type": "AWS::SSM::Parameter", "Properties": {"Name": "/gpu-x/job-spec", "Value": value}},
+        }
+    }
+    (tmp_path / "gpu-x-training.template.json").write_text(json.dumps(template))
+    resolved = json.loads(load_synth_spec(tmp_path, "gpu-x-training", "eu-central-1"))
+    assert resolved["role"] == f"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/JobRole1234"
+    assert re.fullmatch(rf"arn:aws:kms:eu-central-1:{PLACEHOLDER_ACCOUNT}:key/[0-9a-f-]{{36}}", resolved["key"])
+    assert re.fullmatch(r"placeholder-[0-9a-f]{12}", resolved["bucket"])
+    assert re.fullmatch(r"subnet-[0-9a-f]{17}", resolved["subnet"])
+    assert resolved["sub"] == f"arn:aws:s3:::x-{PLACEHOLDER_ACCOUNT}-eu-central-1"
+
+
+def test_gpuctl_train_synth_dry_run_needs_no_account(outdir: Path, no_aws: None, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "--synth", str(outdir), "--job-name", "gpu-dev-train-s", "--dry-run"]) == 0
+    request = json.loads(capsys.readouterr().out)
+    assert request["TrainingJobName"] == "gpu-dev-train-s"
+    assert request["RoleArn"].split(":")[4] == PLACEHOLDER_ACCOUNT
+    assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"  # config/dev.yaml's training section
+    assert service_model_problems("CreateTrainingJob", request) == []
+
+
+def test_gpuctl_train_synth_with_a_source_dir_names_the_upload(
+    outdir: Path, spec_text: str, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('own code')\n")
+    assert main(["train", "--synth", str(outdir), "--source-dir", str(source), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    upload_prefix = json.loads(spec_text)["code"]["upload_prefix"]
+    bucket = upload_prefix.split("/")[2]
+    uri = f"s3://{bucket}/{code_s3_key('gpu-dev-train', package_source_dir(source, 'train.py'))}"
+    assert uri.startswith(upload_prefix)  # what the state machine's code-prefix check admits
+    [note] = [line for line in captured.err.splitlines() if line.startswith("would upload")]
+    assert note.startswith("would upload 1 files (") and note.endswith(f"to {uri}")
+    request = json.loads(out)  # stdout is only the request: a pipe reads it
+    [code] = [c for c in request["InputDataConfig"] if c["ChannelName"] == "code"]
+    assert code["DataSource"]["S3DataSource"]["S3Uri"] == uri
+
+
+def test_gpuctl_train_synth_without_a_cloud_assembly_exits_2(
+    no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["train", "--synth", str(tmp_path / "cdk.out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"gpuctl train: --synth {tmp_path / 'cdk.out'}: " in err and "make synth ENV=<env>" in err
