@@ -60,7 +60,9 @@ class EnvConfig(StrictModel):
         str,
         Field(pattern=r"^[a-z][a-z0-9-]{0,11}$"),
         Allowed(message="must match [a-z][a-z0-9-]{0,11} (used in job and endpoint names)"),
-    ] = Field("gpu", description="Prefix of named resources (jobs, endpoints); lowercase, 1-12 chars")
+    ] = Field(
+        "gpu", description="Prefix of named resources and stacks; lowercase, 1-12 chars; unique among config/*.yaml"
+    )
     tags: dict[str, str] = Field(default_factory=dict, description="Tags applied to every resource")
     network: NetworkConfig = Field(default_factory=lambda: NetworkConfig())
     data: DataConfig = Field(default_factory=lambda: DataConfig())

@@ -193,3 +193,94 @@ def test_cli_reports_config_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "configuration error: env='nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- the files of one config directory together: no two share a resource_prefix --------------------------------
+
+
+def _copy_of_dev(**changes: object) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(DEV))
+    data.update(changes)
+    return data
+
+
+def test_copied_file_with_its_originals_prefix_is_refused(tmp_path: Path) -> None:
+    """cp config/dev.yaml config/staging.yaml + a new env_name would synthesize (and deploy over) gpu-dev-*."""
+    dev = write(tmp_path, DEV)
+    staging = write(tmp_path, _copy_of_dev(env_name="staging"), "staging")
+    for env in ("staging", "dev"):  # neither environment of the pair loads
+        with pytest.raises(ConfigError) as caught:
+            load_config(env, config_dir=tmp_path)
+        message = str(caught.value)
+        assert f"{dev} and {staging} share resource_prefix: gpu-dev" in message
+        assert "stacks gpu-dev-*" in message
+        assert message.endswith(f"set resource_prefix: gpu-staging in {staging}")  # only the copy has to change
+        assert "env_name is" not in message  # both env_names match their files
+
+    write(tmp_path, _copy_of_dev(env_name="staging", resource_prefix="gpu-staging"), "staging")
+    assert load_config("staging", config_dir=tmp_path).resource_prefix == "gpu-staging"
+    assert load_config("dev", config_dir=tmp_path).resource_prefix == "gpu-dev"
+
+
+def test_untouched_copy_is_named_a_copy(tmp_path: Path) -> None:
+    dev = write(tmp_path, DEV)
+    staging = write(tmp_path, DEV, "staging")  # not even env_name changed
+    with pytest.raises(ConfigError) as caught:
+        load_config("dev", config_dir=tmp_path)
+    first, note = str(caught.value).splitlines()
+    assert first.startswith(f"{dev} and {staging} share resource_prefix: gpu-dev")
+    assert note == (
+        f"  {staging}: env_name is 'dev', not 'staging' (its file name): it looks like a copy of {dev}; "
+        f"set env_name: staging in {staging}"
+    )
+
+
+def test_the_default_prefix_is_shared_too(tmp_path: Path) -> None:
+    """Two files without resource_prefix both get the default 'gpu'; the first file keeps it."""
+    data = _copy_of_dev()
+    del data["resource_prefix"]
+    write(tmp_path, data)
+    prod = write(tmp_path, {**data, "env_name": "prod"}, "prod")
+    with pytest.raises(ConfigError, match=rf"share resource_prefix: gpu: .*set resource_prefix: gpu-prod in {prod}$"):
+        load_config("dev", config_dir=tmp_path)
+
+
+def test_a_file_the_loader_cannot_read_is_left_to_its_own_load(tmp_path: Path) -> None:
+    write(tmp_path, DEV)
+    (tmp_path / "broken.yaml").write_text("region: [unclosed")
+    (tmp_path / "notes.yaml").write_text("- a list, not an environment")
+    assert load_config("dev", config_dir=tmp_path).env_name == "dev"
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config("broken", config_dir=tmp_path)
+
+
+def test_env_name_of_another_file_says_copy(tmp_path: Path) -> None:
+    """A unique prefix but the original's env_name: the file-name rule names the file it was copied from."""
+    dev = write(tmp_path, DEV)
+    staging = write(tmp_path, _copy_of_dev(resource_prefix="gpu-staging"), "staging")
+    with pytest.raises(ConfigError) as caught:
+        load_config("staging", config_dir=tmp_path)
+    assert str(caught.value) == (
+        f"{staging}: env_name: 'dev' does not match the file name; allowed: 'staging' ({staging} looks like a copy "
+        f"of {dev}: set env_name: staging and give it a resource_prefix of its own)"
+    )
+
+
+def test_cli_reports_a_shared_prefix_without_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """app.py's main() turns the error into one 'configuration error:' message and exit status 2 (make synth)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_app_under_test", Path(__file__).resolve().parents[2] / "app.py")
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    write(tmp_path, DEV)
+    staging = write(tmp_path, _copy_of_dev(env_name="staging"), "staging")
+    monkeypatch.setattr(app, "load_config", lambda name: load_config(name, config_dir=tmp_path))
+    monkeypatch.setenv("CDK_CONTEXT_JSON", '{"env": "staging"}')
+    assert app.main() == 2
+    err = capsys.readouterr().err
+    assert err.startswith("configuration error: ") and f"set resource_prefix: gpu-staging in {staging}" in err
+    assert "Traceback" not in err

@@ -74,7 +74,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "",
         "Threads for input_fn of bodies over 64 KiB and output_fn of large predictions (empty: min(4, CPU count)).",
     ),
-    "GPU_SERVE_MAX_CONNECTIONS": ("1024", "Most open client connections; more get 503 at once."),
+    "GPU_SERVE_MAX_CONNECTIONS": (
+        "1024",
+        "Most open client connections; one more carries one request: /ping is answered, anything else gets 503.",
+    ),
     "GPU_SERVE_ACCESS_LOG": ("true", "Write one JSON access-log line per request."),
     "GPU_SERVE_METRICS_INTERVAL_S": ("60", "Period of the JSON counters summary line; 0 turns it off."),
 }
