@@ -6,8 +6,9 @@ platform's app builds its own (``gpuctl``, ``gpu_train``, ``gpu_serve``, ... fro
 (``python -m gpu_constructs.wheel PROJECT_DIR OUTDIR``).
 
 What goes in comes from ``pyproject.toml`` alone: ``[project]`` (name, version, description, license,
-``requires-python``, ``[project.scripts]``) and ``[tool.setuptools]`` (the explicit ``packages`` list,
-``package-dir`` and ``package-data``): the ``.py`` files of each listed package plus its package data.
+``requires-python``, ``dependencies`` and ``optional-dependencies`` as ``Requires-Dist`` / ``Provides-Extra``,
+``[project.scripts]``) and ``[tool.setuptools]`` (the explicit ``packages`` list, ``package-dir`` and
+``package-data``): the ``.py`` files of each listed package plus its package data.
 A sub-folder with an ``__init__.py`` that the list misses is an error (setuptools would leave it out
 silently). Only that explicit setuptools form is read; nothing is compiled, so the wheel is
 ``py3-none-any``.
@@ -18,7 +19,12 @@ same timestamp (1980-01-01, the zip epoch), mode and order, and is stored uncomp
 can differ between zlib builds), so the same sources give the same bytes, hence the same asset hash, on
 every machine. The layout is the wheel binary distribution format (PEP 427, "Binary distribution
 format" in the Python Packaging User Guide): ``<name>-<version>.dist-info/{METADATA,WHEEL,RECORD}``,
-RECORD hashes urlsafe-base64 SHA-256 without padding.
+RECORD hashes urlsafe-base64 SHA-256 without padding; METADATA follows the core metadata specification
+("Core metadata specifications", version 2.1: ``Requires-Dist`` with PEP 508 requirements, ``Provides-Extra``).
+
+Reading ``pyproject.toml`` needs Python 3.11 (``tomllib``); the rest of the module (:func:`write_once`,
+the zip entry recipe) also runs on the notebooks' Python 3.10, which imports it through the code packaging
+of ``gpuctl train --source-dir``.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ import os
 import re
 import sys
 import tempfile
-import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +65,11 @@ WHEEL_NAME_ALLOWED = "a wheel file name <name>-<version>-<python tag>-<abi tag>-
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _FILE_MODE = 0o100644
 _GENERATOR = "gpu_constructs.wheel"
+#: A PEP 508 requirement: a distribution name first (the rest, versions and markers, is pip's to read).
+_REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:[\[(<>=!~;@ ].*)?$")
+_REQUIREMENT_ALLOWED = 'a PEP 508 requirement string such as "boto3>=1.44,<2"'
+#: An extra's name (core metadata ``Provides-Extra``, PEP 685: normalized names).
+_EXTRA_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,10 @@ class WheelSpec:
     scripts: tuple[tuple[str, str], ...]
     #: (package, source folder, package-data patterns), in the order of ``[tool.setuptools] packages``.
     packages: tuple[tuple[str, Path, tuple[str, ...]], ...]
+    #: ``[project] dependencies``, in their order: one ``Requires-Dist`` each.
+    requires_dist: tuple[str, ...] = ()
+    #: ``[project.optional-dependencies]``: (extra, its requirements), sorted by extra.
+    extras: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def dist_name(self) -> str:
@@ -91,9 +105,46 @@ def _required(table: dict[str, Any], key: str, where: str) -> Any:
     return table[key]
 
 
+def _requirements(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}={value!r}; allowed: a list of {_REQUIREMENT_ALLOWED}")
+    for requirement in value:
+        if not isinstance(requirement, str) or "\n" in requirement or not _REQUIREMENT_RE.match(requirement.strip()):
+            raise ValueError(f"{where}: {requirement!r} is not {_REQUIREMENT_ALLOWED}")
+    return tuple(r.strip() for r in value)
+
+
+def _dependencies(
+    project: dict[str, Any], pyproject: Path
+) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """``[project] dependencies`` and ``optional-dependencies``, checked (static values only: nothing here runs
+    a build backend that could fill in ``dynamic`` ones)."""
+    dynamic = {"dependencies", "optional-dependencies"} & set(project.get("dynamic", ()))
+    if dynamic:
+        raise ValueError(
+            f"{pyproject}: project.dynamic lists {sorted(dynamic)}; allowed: static dependencies in [project] "
+            "(this builder runs no build backend)"
+        )
+    requires = _requirements(project.get("dependencies", []), f"{pyproject}: project.dependencies")
+    optional = project.get("optional-dependencies", {})
+    if not isinstance(optional, dict):
+        raise ValueError(f"{pyproject}: project.optional-dependencies={optional!r}; allowed: a table extra = [...]")
+    extras: list[tuple[str, tuple[str, ...]]] = []
+    for extra, value in sorted(optional.items()):
+        if not _EXTRA_RE.match(extra):
+            raise ValueError(
+                f"{pyproject}: optional-dependencies extra {extra!r}; allowed: a normalized name "
+                "(lower-case letters, digits, single hyphens)"
+            )
+        extras.append((extra, _requirements(value, f"{pyproject}: project.optional-dependencies.{extra}")))
+    return requires, tuple(extras)
+
+
 def load_spec(root: Path) -> WheelSpec:
-    """Read ``root/pyproject.toml``. A missing key, a listed package without an ``__init__.py``, or a
-    package folder that the list misses is a ValueError naming it."""
+    """Read ``root/pyproject.toml``. A missing key, a listed package without an ``__init__.py``, a package
+    folder that the list misses, or a malformed dependency is a ValueError naming it. Needs Python 3.11+."""
+    import tomllib  # novermin: building runs on 3.11+ (the library's requires-python); 3.10 only installs
+
     pyproject = root / "pyproject.toml"
     data = tomllib.loads(pyproject.read_text())
     project = _required(data, "project", str(pyproject))
@@ -118,6 +169,7 @@ def load_spec(root: Path) -> WheelSpec:
                     "add it (and its package-dir) so the wheel carries it"
                 )
     license_value = project.get("license", "")
+    requires, extras = _dependencies(project, pyproject)
     return WheelSpec(
         name=_required(project, "name", "project"),
         version=_required(project, "version", "project"),
@@ -126,6 +178,8 @@ def load_spec(root: Path) -> WheelSpec:
         requires_python=_required(project, "requires-python", "project"),
         scripts=tuple(sorted(project.get("scripts", {}).items())),
         packages=tuple(packages),
+        requires_dist=requires,
+        extras=extras,
     )
 
 
@@ -156,7 +210,11 @@ def _metadata_files(spec: WheelSpec) -> list[tuple[str, bytes]]:
         f"Summary: {spec.summary}",
         f"License: {spec.license}",
         f"Requires-Python: {spec.requires_python}",
+        *(f"Requires-Dist: {requirement}" for requirement in spec.requires_dist),
     ]
+    for extra, requirements in spec.extras:
+        metadata.append(f"Provides-Extra: {extra}")
+        metadata += [f"Requires-Dist: {_with_extra(requirement, extra)}" for requirement in requirements]
     wheel = ["Wheel-Version: 1.0", f"Generator: {_GENERATOR}", "Root-Is-Purelib: true", "Tag: py3-none-any"]
     files = [(f"{info}/METADATA", metadata), (f"{info}/WHEEL", wheel)]
     if spec.scripts:
@@ -164,6 +222,16 @@ def _metadata_files(spec: WheelSpec) -> list[tuple[str, bytes]]:
     top_level = sorted({package.split(".")[0] for package, _, _ in spec.packages})
     files.append((f"{info}/top_level.txt", top_level))
     return [(name, ("\n".join(lines) + "\n").encode()) for name, lines in files]
+
+
+def _with_extra(requirement: str, extra: str) -> str:
+    """``requirement`` limited to ``extra`` (PEP 508 environment marker ``extra == "..."``), keeping its own
+    marker: ``pkg>=1; python_version < "3.11"`` -> ``pkg>=1; (python_version < "3.11") and extra == "x"``."""
+    spec, _, marker = requirement.partition(";")
+    condition = f'extra == "{extra}"'
+    if marker.strip():
+        condition = f"({marker.strip()}) and {condition}"
+    return f"{spec.strip()}; {condition}"
 
 
 def _entry(name: str) -> zipfile.ZipInfo:
