@@ -1,8 +1,8 @@
 """Reuse as a construct library: the package on its own, and a foreign CDK app importing only it.
 
 The package: every name of ``__all__`` imports, every public construct documents each keyword parameter,
-``__version__`` matches its ``pyproject.toml``, and a wheel built from it carries every module, ``py.typed``
-and the boot-script assets.
+``__version__`` matches its ``pyproject.toml``, and a wheel built from it carries every module, ``py.typed``,
+the boot-script assets and (built in a checkout) the training runtime of ``containers/training``.
 
 The app lives in someone else's stack, on their existing VPC (isolated subnets), their datasets and
 artifacts buckets, their KMS key and their ECR repository, all imported through ``from_*_attributes``.
@@ -379,7 +379,12 @@ def test_version_matches_pyproject() -> None:
     assert project["name"] == "gpu-constructs"
     assert re.fullmatch(r"\d+\.\d+\.\d+", gpu_constructs.__version__)
     assert gpu_constructs.__version__ == project["version"]
-    assert {d.split(">")[0].split("<")[0] for d in project["dependencies"]} == {"aws-cdk-lib", "constructs"}
+    assert {d.split(">")[0].split("<")[0] for d in project["dependencies"]} == {
+        "aws-cdk-lib",
+        "constructs",
+        "jsii",
+        "botocore",
+    }
 
 
 def test_package_data_covers_every_non_python_file() -> None:
@@ -397,21 +402,57 @@ def test_package_data_covers_every_non_python_file() -> None:
     assert uncovered == []
 
 
+#: The training runtime's folder in the checkout, and where the wheel carries its copy (constructs/setup.py).
+RUNTIME = ROOT / "containers" / "training"
+PACKAGED_RUNTIME = "gpu_constructs/_runtime/training"
+
+
+def _runtime_files() -> dict[str, bytes]:
+    """What the wheel must carry of containers/training: every file of gpu_train/, default_code/ and vendor/ but
+    caches and dot files, by its path in the wheel."""
+    files = {}
+    for part in ("gpu_train", "default_code", "vendor"):
+        for path in (RUNTIME / part).rglob("*"):
+            relative = path.relative_to(RUNTIME)
+            skipped = "__pycache__" in relative.parts or any(name.startswith(".") for name in relative.parts)
+            if path.is_file() and not skipped and path.suffix not in (".pyc", ".pyo"):
+                files[f"{PACKAGED_RUNTIME}/{relative.as_posix()}"] = path.read_bytes()
+    return files
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two wheels of the library, built at once from copies (so the checkout gets no build/ or egg-info folders):
+    ``"checkout"`` from ``constructs/`` beside ``containers/training`` as in the repository, ``"alone"`` from
+    ``constructs/`` alone."""
+    base = tmp_path_factory.mktemp("wheels")
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    builds = {}
+    for layout in ("checkout", "alone"):
+        source = base / layout / "constructs"
+        shutil.copytree(LIBRARY.parent, source, ignore=ignore)
+        if layout == "checkout":
+            shutil.copytree(RUNTIME, base / layout / "containers" / "training", ignore=ignore)
+        dist = base / layout / "dist"
+        builds[layout] = (dist, subprocess.Popen(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
+             str(source)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    found = {}
+    for layout, (dist, proc) in builds.items():
+        done = _finish(proc)
+        assert done.returncode == 0, f"{layout}: {done.stderr}"
+        (found[layout],) = dist.glob("gpu_constructs-*.whl")
+    return found
+
+
 @pytest.mark.slow
-def test_wheel_contains_every_module_and_data_file(tmp_path: Path) -> None:
-    # Build from a copy so the checkout gets no build/ or egg-info folders.
-    source = tmp_path / "src"
-    shutil.copytree(LIBRARY.parent, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    dist = tmp_path / "dist"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-         str(source)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    (wheel,) = dist.glob("gpu_constructs-*.whl")
+def test_wheel_contains_every_module_data_file_and_the_runtime(wheels: dict[str, Path]) -> None:
+    wheel = wheels["checkout"]
     assert wheel.name.startswith(f"gpu_constructs-{gpu_constructs.__version__}-py3-none-any")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
     expected = {
         f"gpu_constructs/{p.relative_to(LIBRARY).as_posix()}"
         for p in LIBRARY.rglob("*")
@@ -419,6 +460,23 @@ def test_wheel_contains_every_module_and_data_file(tmp_path: Path) -> None:
     }
     assert expected - names == set()
     assert "gpu_constructs/py.typed" in names
+    # The runtime: exactly the checkout's files, byte for byte (the launcher and the built-in code come from it).
+    runtime = _runtime_files()
+    assert {f"{PACKAGED_RUNTIME}/gpu_train/bootstrap.py", f"{PACKAGED_RUNTIME}/default_code/train.py"} <= set(runtime)
+    assert any(name.endswith(".whl") for name in runtime)
+    assert {n for n in names if n.startswith(f"{PACKAGED_RUNTIME}/")} == set(runtime)
+    assert {name: archive.read(name) for name in runtime} == runtime
+
+
+@pytest.mark.slow
+def test_wheel_built_from_the_library_folder_alone_has_no_runtime(wheels: dict[str, Path]) -> None:
+    """Without ../containers/training the build succeeds and the wheel has every module but no runtime: where it
+    is installed, TrainingPipeline fails with an error naming both places (tests/unit/test_code_package.py)."""
+    names = set(zipfile.ZipFile(wheels["alone"]).namelist())
+    assert not [n for n in names if n.startswith("gpu_constructs/_runtime/")]
+    assert {n for n in names if n.endswith(".py")} == {
+        n for n in zipfile.ZipFile(wheels["checkout"]).namelist() if n.endswith(".py") and "/_runtime/" not in n
+    }
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ one namespace (the first creates ``app``, ``stack`` and ``role``; the last synth
 is ``# needs an AWS account`` is not run.
 
 The slow test installs the library the README's way (``pip install "./constructs[nag,codebuild]"``, from a copy of
-the folder so the checkout gets no ``build/``) into a new virtual environment, once per test session, and runs
+the folder with ``containers/training`` beside it as in a checkout, so the checkout gets no ``build/`` and the wheel
+carries the training runtime, ``constructs/setup.py``) into a new virtual environment, once per test session, and runs
 the blocks there, from the repository root (their Docker build contexts are its ``containers/`` folders); the
 runner's ``sys.path`` holds the environment only, so nothing of the repository but the installed library can be
 imported. Each block reports alone (its README line), and a failing block of the app does not hide the later ones.
@@ -228,7 +229,10 @@ def library_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]
     """(python of a new venv with ``./constructs[nag,codebuild]`` installed, seconds the install took)."""
     base = tmp_path_factory.mktemp("constructs-venv")
     source = base / "checkout" / "constructs"
-    shutil.copytree(LIBRARY, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    shutil.copytree(LIBRARY, source, ignore=ignore)
+    # What the build copies into the package (gpu_train, default_code, vendor): TrainingPipeline needs it.
+    shutil.copytree(ROOT / "containers" / "training", source.parent / "containers" / "training", ignore=ignore)
     venv = base / "venv"
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -274,6 +278,18 @@ def test_library_venv_holds_the_library_and_its_dependencies_only(library_venv: 
     assert not installed & {"gpu-platform", "boto3", "pydantic", "torch", "numpy"}, sorted(installed)
     check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
+    # The installed library reads its own copy of the training runtime, not the checkout's containers/training.
+    probe = subprocess.run(
+        [str(python), "-I", "-c", "from gpu_constructs.training_spec import code_package as c; "
+         "print(c.DEFAULT_RUNTIME_DIR); print(c.PACKAGED_RUNTIME_DIR)"],
+        capture_output=True, text=True, timeout=60, cwd=python.parent,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    runtime, packaged = probe.stdout.split()
+    assert runtime == packaged and Path(runtime).is_relative_to(python.parent.parent.resolve()), probe.stdout
+    assert (Path(runtime) / "gpu_train" / "bootstrap.py").read_bytes() == (
+        ROOT / "containers" / "training" / "gpu_train" / "bootstrap.py"
+    ).read_bytes()
 
 
 @pytest.mark.slow

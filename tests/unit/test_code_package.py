@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -34,12 +35,15 @@ from gpu_constructs.training_spec.code_package import (
     DEFAULT_WHEELS_DIR,
     DRIVER_NAME,
     MAX_SOURCE_BYTES,
+    PACKAGED_RUNTIME_DIR,
+    REPOSITORY_RUNTIME_DIR,
     build_driver,
     code_s3_key,
     ensure_driver,
     ensure_source_package,
     package_source_dir,
     parse_ignore_rules,
+    resolve_runtime_dir,
 )
 from gpuctl.aws_errors import AwsProblem
 from gpuctl.code_upload import upload_package
@@ -453,6 +457,93 @@ def test_the_platform_driver_carries_the_runtime_and_answers_help(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     assert "usage" in result.stdout.lower()
+
+
+# --------------------------------------------------------------------------------------------------
+# Where the runtime is found: the installed library's copy, else the checkout's containers/training
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_packaged_runtime_wins_then_the_checkout_then_the_packaged_path(tmp_path: Path) -> None:
+    packaged, repository = tmp_path / "site" / "_runtime" / "training", tmp_path / "containers" / "training"
+    assert resolve_runtime_dir(packaged, repository) == packaged  # neither: the installed library's path
+    repository.mkdir(parents=True)
+    assert resolve_runtime_dir(packaged, repository) == repository
+    packaged.mkdir(parents=True)
+    assert resolve_runtime_dir(packaged, repository) == packaged
+
+
+def test_the_checkout_reads_containers_training_and_holds_no_packaged_copy() -> None:
+    """In this checkout (an editable install) the runtime is the repository's; a build never writes the copy
+    into the source tree (constructs/setup.py writes it into the build folder)."""
+    assert REPOSITORY_RUNTIME_DIR == ROOT / "containers" / "training"
+    assert PACKAGED_RUNTIME_DIR == ROOT / "constructs" / "gpu_constructs" / "_runtime" / "training"
+    assert not PACKAGED_RUNTIME_DIR.parent.exists()
+    assert DEFAULT_RUNTIME_DIR == REPOSITORY_RUNTIME_DIR
+    assert (DEFAULT_WHEELS_DIR, DEFAULT_CODE_DIR) == (
+        DEFAULT_RUNTIME_DIR / "vendor",
+        DEFAULT_RUNTIME_DIR / "default_code",
+    )
+
+
+_INSTALLED_PROBE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from gpu_constructs.errors import ValidationError
+from gpu_constructs.training_spec import code_package as c
+cache = Path(sys.argv[2])
+out = {"runtime": str(c.DEFAULT_RUNTIME_DIR), "code": str(c.DEFAULT_CODE_DIR), "results": []}
+calls = (
+    lambda: c.ensure_driver(cache_dir=cache),
+    lambda: c.ensure_source_package(c.DEFAULT_CODE_DIR, "train.py", cache_dir=cache)[0],
+)
+for call in calls:
+    try:
+        out["results"].append(call().name)
+    except ValidationError as exc:
+        out["results"].append(str(exc))
+print(json.dumps(out))
+"""
+
+
+def _probe_installed(site: Path, cache: Path) -> dict[str, Any]:
+    """Import code_package from a copy of the library in ``site`` (a fresh interpreter: the paths are resolved at
+    import) and call ensure_driver() and ensure_source_package(DEFAULT_CODE_DIR) on the defaults."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _INSTALLED_PROBE, str(site), str(cache)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_an_installed_library_uses_its_copy_or_names_both_places(tmp_path: Path) -> None:
+    """A copy of the library outside any checkout (as in site-packages): without a runtime copy, both defaults
+    fail with an error naming the installed copy's path and the checkout's; with one, they use it."""
+    tmp_path = tmp_path.resolve()  # the library resolves its own path
+    site = tmp_path / "venv" / "site-packages"
+    library = ROOT / "constructs" / "gpu_constructs"
+    shutil.copytree(library, site / "gpu_constructs", ignore=shutil.ignore_patterns("__pycache__"))
+    packaged = site / "gpu_constructs" / "_runtime" / "training"
+    missing = _probe_installed(site, tmp_path / "cache")
+    assert missing["runtime"] == str(packaged)
+    assert missing["code"] == str(packaged / "default_code")
+    named = re.escape(str(packaged))
+    checkout = re.escape(str(site.parent / "containers" / "training"))  # where a checkout would have it
+    both = rf"{named} \(the installed library's copy\) and {checkout} \(a checkout of the repository\)"
+    driver_error, code_error = missing["results"]
+    assert re.match(rf"code package: the runtime folder {named} does not exist: .*{both}", driver_error)
+    assert re.match(
+        rf"code package: the built-in training code folder {named}/default_code does not exist: .*{both}", code_error
+    )
+    assert 'pip install "./constructs"' in driver_error
+    for part in ("gpu_train", "default_code", "vendor"):
+        shutil.copytree(REPOSITORY_RUNTIME_DIR / part, packaged / part, ignore=shutil.ignore_patterns("__pycache__"))
+    found = _probe_installed(site, tmp_path / "cache")
+    assert found["runtime"] == str(packaged)
+    assert found["results"] == [DRIVER_NAME, CODE_ARCHIVE_NAME]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -70,6 +70,8 @@ __all__ = [
     "DRIVER_NAME",
     "IGNORE_FILE",
     "MAX_SOURCE_BYTES",
+    "PACKAGED_RUNTIME_DIR",
+    "REPOSITORY_RUNTIME_DIR",
     "WHERE",
     "CodePackage",
     "IgnoreRule",
@@ -79,6 +81,7 @@ __all__ = [
     "ensure_source_package",
     "package_source_dir",
     "parse_ignore_rules",
+    "resolve_runtime_dir",
 ]
 
 WHERE = "code package"
@@ -104,10 +107,25 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     ".pytest_cache/",
 )
 
-#: The repository root: this file is ``constructs/gpu_constructs/training_spec/code_package.py``.
-_REPO_ROOT = Path(__file__).resolve().parents[3]
-#: The folder that holds the ``gpu_train`` runtime package.
-DEFAULT_RUNTIME_DIR = _REPO_ROOT / "containers" / "training"
+#: The library's copy of the runtime (``gpu_train/``, ``default_code/``, ``vendor/``): package data that
+#: ``constructs/setup.py`` copies from the repository's ``containers/training`` into every wheel built in a checkout.
+PACKAGED_RUNTIME_DIR = Path(__file__).resolve().parents[1] / "_runtime" / "training"
+#: The runtime in a checkout of the repository (this file is ``constructs/gpu_constructs/training_spec/...``):
+#: what the repository and an editable install read.
+REPOSITORY_RUNTIME_DIR = Path(__file__).resolve().parents[3] / "containers" / "training"
+
+
+def resolve_runtime_dir(packaged: Path = PACKAGED_RUNTIME_DIR, repository: Path = REPOSITORY_RUNTIME_DIR) -> Path:
+    """The folder of the training runtime: ``packaged`` (an installed library) when it is a folder, else
+    ``repository`` (a checkout), else ``packaged`` (missing: :func:`build_driver` and :func:`package_source_dir`
+    then name both places)."""
+    if packaged.is_dir():
+        return packaged
+    return repository if repository.is_dir() else packaged
+
+
+#: The folder that holds the ``gpu_train`` runtime package (:func:`resolve_runtime_dir`, at import).
+DEFAULT_RUNTIME_DIR = resolve_runtime_dir()
 #: The vendored runtime wheels (``make vendor-runtime``).
 DEFAULT_WHEELS_DIR = DEFAULT_RUNTIME_DIR / "vendor"
 #: The code folder of the built-in trainer: what a job runs when no source folder is given.
@@ -120,6 +138,21 @@ _LARGEST_SHOWN = 5
 
 def _fail(detail: str) -> ValidationError:
     return ValidationError(WHERE, detail)
+
+
+def _missing_runtime(what: str, path: Path) -> ValidationError | None:
+    """The error for a missing default ``path`` (the runtime or one of its folders), naming both places looked in;
+    ``None`` when ``path`` exists or is not one of the defaults."""
+    defaults = {DEFAULT_RUNTIME_DIR, DEFAULT_WHEELS_DIR, DEFAULT_CODE_DIR}
+    if path not in defaults or path.is_dir():
+        return None
+    return _fail(
+        f"{what} {path} does not exist: the platform's training runtime (gpu_train/, default_code/, vendor/) is "
+        f"in neither place the library looks: {PACKAGED_RUNTIME_DIR} (the installed library's copy) and "
+        f"{REPOSITORY_RUNTIME_DIR} (a checkout of the repository); allowed: gpu-constructs installed from a "
+        'checkout (pip install "./constructs" copies containers/training into the package, pip install -e reads '
+        "it in place), or runtime_dir/wheels_dir/source_dir arguments naming folders that exist"
+    )
 
 
 def _size(n: int) -> str:
@@ -380,6 +413,9 @@ def package_source_dir(source_dir: Path | str, entry_point: str, *, max_bytes: i
     or the files add up to more than ``max_bytes``.
     """
     root = Path(source_dir)
+    missing = _missing_runtime("the built-in training code folder", root)
+    if missing is not None:
+        raise missing
     if not root.is_dir():
         raise _fail(f"source_dir={str(source_dir)!r} is not a folder; allowed: the folder of the training code")
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
@@ -479,6 +515,10 @@ def build_driver(runtime_dir: Path = DEFAULT_RUNTIME_DIR, wheels_dir: Path = DEF
     Entries are sorted in that order, stored uncompressed with the zip epoch as timestamp (as
     :mod:`gpu_constructs.wheel` writes them).
     """
+    for what, folder in (("the runtime folder", Path(runtime_dir)), ("the vendored wheels folder", Path(wheels_dir))):
+        missing = _missing_runtime(what, folder)
+        if missing is not None:
+            raise missing
     package_dir = Path(runtime_dir) / "gpu_train"
     bootstrap = package_dir / "bootstrap.py"
     if not bootstrap.is_file():
