@@ -21,16 +21,25 @@ export PYTHONDONTWRITEBYTECODE := 1
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-# The venv is (re)built when a requirements file changes.
+# The venv is (re)built when a requirements file changes. pip prints each package it collects and installs
+# (with download progress bars on a terminal), so a first install is never silent.
+PIP_INSTALL := $(PIP) install --disable-pip-version-check --progress-bar on
+
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml constructs/pyproject.toml
+	@echo "==> [setup 1/3] Python virtual environment $(VENV) (python3: $$(python3 --version 2>&1))"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -r requirements-dev.txt
-	$(PIP) install --quiet --no-deps --no-build-isolation -e . -e ./constructs
+	$(PIP_INSTALL) --quiet --upgrade pip
+	@echo "==> [setup 2/3] Python packages of requirements-dev.txt and requirements.txt (aws-cdk-lib, cdk-nag, torch, \
+	pytest, linters, ...): the first run downloads about 1 GB and takes a few minutes; later runs skip this step"
+	$(PIP_INSTALL) -r requirements-dev.txt
+	@echo "==> [setup 2/3] this project (editable): gpuctl, the runtimes and gpu_constructs"
+	$(PIP_INSTALL) --quiet --no-deps --no-build-isolation -e . -e ./constructs
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	@echo "==> [setup 3/3] Node packages (npm ci): the AWS CDK CLI pinned in package.json \
+	($$(grep -o '"aws-cdk": *"[^"]*"' package.json)), node $$(node --version 2>/dev/null || echo 'not found: install Node.js 24 LTS')"
+	npm ci --no-audit --no-fund
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed ## install Python and Node dependencies
@@ -54,7 +63,7 @@ snapshot-update: setup ## regenerate template snapshots (review the diff before 
 SYNTH_INPUTS = app.py cdk.json $(shell find config stacks constructs/gpu_constructs -type f \( -name '*.py' -o -name '*.yaml' -o -name '*.sh' \) 2>/dev/null)
 DIAGRAM ?= docs/architecture$(if $(filter dev,$(ENV)),,-$(ENV)).png
 
-diagram: setup ## draw the architecture diagram (docs/architecture.png) from cdk.out; synthesizes first when needed
+diagram: setup ## draw ENV's architecture from cdk.out, a pipeline's stages as stages (dev: docs/architecture.png, else docs/architecture-ENV.png); synthesizes first when needed
 	@if [ ! -f cdk.out/manifest.json ] || [ "$$(cat cdk.out/.diagram-env 2>/dev/null)" != "$(ENV)" ] \
 		|| [ cdk.out/manifest.json -nt cdk.out/.diagram-env ] \
 		|| [ -n "$$(find $(SYNTH_INPUTS) -newer cdk.out/manifest.json 2>/dev/null | head -1)" ]; then \
@@ -64,19 +73,73 @@ diagram: setup ## draw the architecture diagram (docs/architecture.png) from cdk
 config-reference: setup ## regenerate docs/config-reference.md from the config model (stacks/config/)
 	$(PY) -m platform_tools.config_reference docs/config-reference.md
 
-bench: setup ## run every CPU benchmark and rewrite its section of docs/benchmarks.md
-	$(PY) -m benchmarks.training_data
-	$(PY) -m benchmarks.inference_batching
-	$(PY) -m benchmarks.synth_and_test
+# `make bench QUICK=1` (or `make bench-quick`): a smoke run of the same benchmarks on less data; docs/ untouched.
+QUICK ?=
+BENCH_QUICK := $(if $(filter 1 yes true,$(QUICK)),--quick)
+BENCH_PLAN := $(if $(BENCH_QUICK),\
+	quick run: about 2 minutes on 2 cores; prints the figures and leaves docs/ untouched,\
+	about 7 minutes on 2 cores (about 15 the first time: it generates 20,000 JPEGs once into .bench/); \
+rewrites docs/benchmarks.md and docs/img/; 'make bench QUICK=1' is a 2-minute smoke run)
 
-bench-gpu: setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU
-	$(PY) -m benchmarks.training_gpu
+.PHONY: bench-quick _bench-plan _gpu-check
+_bench-plan:
+	@echo "==> make bench: 3 CPU benchmarks (training input pipeline, dynamic batching, synth and test speed)"
+	@echo "    $(strip $(BENCH_PLAN))"
 
+bench: _bench-plan setup ## CPU benchmarks -> docs/benchmarks.md (~7 min on 2 cores; QUICK=1: ~2 min smoke run)
+	@echo "==> [bench 1/3] training input pipeline: shard loader vs per-file loaders (benchmarks.training_data)"
+	$(PY) -m benchmarks.training_data $(BENCH_QUICK)
+	@echo "==> [bench 2/3] dynamic batching vs one request per forward, over HTTP (benchmarks.inference_batching)"
+	$(PY) -m benchmarks.inference_batching $(BENCH_QUICK)
+	@echo "==> [bench 3/3] synth and test speed (benchmarks.synth_and_test)"
+	$(PY) -m benchmarks.synth_and_test $(BENCH_QUICK)
+
+bench-quick: ## the same benchmarks as `make bench` on less data (~2 min); docs/ untouched
+	@$(MAKE) --no-print-directory bench QUICK=1
+
+# Checked before anything is installed, so a machine without a GPU is told at once.
+_gpu-check:
+	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
+		echo "make bench-gpu: needs an NVIDIA GPU, and this machine has none (nvidia-smi lists no GPU)." >&2; \
+		echo "  Run it on a GPU instance (e.g. g5, p4d, p5) with the NVIDIA driver; 'make bench' runs the CPU benchmarks." >&2; \
+		exit 2; fi
+	@echo "==> make bench-gpu: ResNet-50 training throughput, synthetic vs real data, on $$(nvidia-smi -L | head -1)"
+	@echo "    1 to 2 minutes (plus about 1 the first time, to generate and pack the shards)$(if $(BENCH_QUICK),; quick run: under a minute)"
+
+bench-gpu: _gpu-check setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU
+	$(PY) -m benchmarks.training_gpu --device cuda $(BENCH_QUICK)
+
+.PHONY: lint-dockerfiles
+# checkov --skip-download: no call to the Prisma Cloud API (no guideline download, no network traceback offline).
+lint-dockerfiles: setup ## hadolint + checkov (offline) over the training and inference Dockerfiles
+	@for dockerfile in containers/training/Dockerfile containers/inference/Dockerfile; do \
+		echo "==> $$dockerfile"; \
+		$(VENV)/bin/hadolint $$dockerfile || exit 1; \
+		$(VENV)/bin/checkov -f $$dockerfile --framework dockerfile --quiet --compact --skip-download || exit 1; \
+	done
+
+# The wheel holds gpuctl, gpu_train, gpu_serve, stacks, platform_tools and gpu_constructs, and lists pyproject.toml's
+# [project] dependencies (boto3, numpy, Pillow, ...; not the CDK, not torch): `pip install dist/gpu_platform-*.whl`
+# gives a working gpuctl anywhere (tests/packaging/test_gpuctl_wheel.py); notebooks install it with --no-deps.
 wheel: setup ## build the gpuctl + runtime wheel (dist/): the same bytes the fleets stack ships to notebooks
 	$(PY) -m gpu_constructs.wheel . dist
 
-clean: ## remove build outputs
-	rm -rf cdk.out dist .pytest_cache .mypy_cache .ruff_cache
+# `make clean` removes what the targets above create and nothing they need to start again: .venv and node_modules
+# stay (`make setup` takes minutes to rebuild them), and so do committed outputs (docs/architecture.png,
+# docs/config-reference.md, docs/benchmarks.md, docs/img/): their own targets regenerate those. Removed: cdk.out
+# (synth, diagram), dist (wheel), build and *.egg-info (setup's editable installs), .bench (bench: generated data and
+# the peers' venv), local-output (`gpuctl train --local`), diagrams of other environments that git does not track
+# (docs/architecture-<env>.png), the test, lint and bytecode caches, and the caches synth writes in the temp folder
+# (<temp>/gpu-platform-<kind>-<user>: the notebook wheel and training code archives, gpu_constructs.wheel.write_once).
+SYNTH_CACHES = $(shell python3 -c 'import getpass, tempfile; print(f"{tempfile.gettempdir()}/gpu-platform-*-{getpass.getuser()}")' 2>/dev/null)
+
+clean: ## remove cdk.out, dist, build, *.egg-info, .bench, local-output, untracked docs/architecture-*.png, caches (keeps .venv, node_modules)
+	rm -rf cdk.out dist build constructs/build *.egg-info constructs/*.egg-info .bench local-output
+	rm -rf .pytest_cache .mypy_cache .ruff_cache
+	find . \( -path ./.venv -o -path ./node_modules -o -path ./.git \) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+	for png in docs/architecture-*.png; do \
+		[ ! -e "$$png" ] || git ls-files --error-unmatch "$$png" >/dev/null 2>&1 || rm -f "$$png"; done
+	$(if $(SYNTH_CACHES),rm -rf $(SYNTH_CACHES))
 
 # The runtime's two compiled dependencies as wheels for the launcher zipapp (containers/training/vendor/README.md):
 # versions from containers/training/requirements.txt, one xxhash wheel per CPython of the AWS PyTorch DLCs.

@@ -10,6 +10,10 @@ GPU alone; *real* reads the shards of ``benchmarks.training_data`` (``.bench/tra
 made by that benchmark) through ``gpu_train.data.ShardLoader`` (workers, pinned memory, side-stream copies),
 exactly as the training image does. The target is real >= 95% of synthetic. On CUDA the result goes to the
 ``training-gpu`` section of docs/benchmarks.md and docs/img/training_gpu.png (``--no-report`` to skip).
+
+1 to 2 minutes on one GPU (240 training steps of batch 256; ``--quick``: 50 steps, no report), plus about
+a minute on 16 vCPUs the first time, to generate and pack the shards. ``--device cuda`` (``make bench-gpu``) stops at
+once with a message when torch sees no CUDA device.
 """
 
 from __future__ import annotations
@@ -35,6 +39,25 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FIGURE = ROOT / "docs" / "img" / "training_gpu.png"
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def cuda_problem() -> str | None:
+    """Why this process cannot use an NVIDIA GPU, or None when torch sees one.
+
+    ``torch.cuda.is_available()`` is False on a CPU-only torch build (``torch.version.cuda`` is None) and when
+    no driver or device is visible (https://pytorch.org/docs/stable/generated/torch.cuda.is_available.html).
+    """
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return (
+            f"torch {torch.__version__} is a CPU-only build: install a CUDA build of torch "
+            "(https://pytorch.org/get-started/locally/) on a machine with an NVIDIA GPU"
+        )
+    return (
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no NVIDIA GPU: run on a GPU instance "
+        "(e.g. g5, p4d, p5) with the NVIDIA driver installed (`nvidia-smi` lists the GPUs)"
+    )
 
 
 def default_data() -> Path | None:
@@ -148,14 +171,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=-1, help="loader workers (-1: vCPUs - 1, at most 16)")
     parser.add_argument("--data", type=Path, default=None, help="shard directory (default: the training_data cache)")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="20 steps after 5 warm-up steps; implies --no-report")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup, args.no_report = min(args.steps, 20), min(args.warmup, 5), True
 
+    if args.device == "cuda" and (problem := cuda_problem()) is not None:
+        print(f"training_gpu needs an NVIDIA GPU: {problem}", file=sys.stderr)
+        return 2
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
     data = args.data or default_data()
+    if data is None and args.data is None:
+        from benchmarks.training_data import DEFAULT_SAMPLES, ensure_data
+
+        print("no shards yet: making them with benchmarks.training_data (once; cached in .bench/)", flush=True)
+        data = ensure_data(DEFAULT_SAMPLES, len(os.sched_getaffinity(0)))[1]
     if data is None or not data.is_dir():
-        print("no shards: run `python -m benchmarks.training_data` first (or pass --data DIR)", file=sys.stderr)
+        print(f"no shards at {data}: pass --data DIR (a `gpuctl shard` output directory)", file=sys.stderr)
         return 2
+    print(
+        f"training_gpu: {args.arch}, batch {args.batch_size}, {args.steps} steps after {args.warmup} warm-up steps, "
+        f"synthetic then real data from {data}",
+        flush=True,
+    )
     source = discover(Channel("train", path=data))
     index = source.index
     image_size = index.image_size if index and index.image_size else 224

@@ -52,12 +52,13 @@ class ImageFromParameter:
 def image_from_parameter(stack: Stack, image: Any, config: EnvConfig, usage: Usage) -> Any:
     """``image`` itself, or — for an image built at deploy time — the same image read from its parameter.
 
-    The consuming ``stack`` then depends on the images stack, so the parameter exists before it deploys.
+    The consuming ``stack`` then depends on the images stack (``Stack.add_stack_dependency``; ``add_dependency`` is its
+    deprecated name), so the parameter exists before it deploys.
     """
     if getattr(image, "kind", None) != "codebuild":
         return image
     wrapped = ImageFromParameter(stack, image, image_uri_parameter_name(config, usage))
     producer = getattr(image, "construct", None)
     if producer is not None and Stack.of(producer) is not stack:
-        stack.add_dependency(Stack.of(producer))
+        stack.add_stack_dependency(Stack.of(producer))
     return wrapped

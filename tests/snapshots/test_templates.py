@@ -21,8 +21,23 @@ ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 def normalize(template: dict[str, Any]) -> Any:
-    """Replace asset hashes (they change with any byte of bundled code) by a marker."""
-    return json.loads(ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True)))
+    """Replace asset hashes (they change with any byte of bundled code) by a marker, then order IAM ``Resource``
+    lists (the CDK sorts them by text, asset hashes included, so any code edit could swap two asset ARNs; IAM
+    gives the order no meaning)."""
+    return _sort_resources(json.loads(ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True))))
+
+
+def _sort_resources(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: sorted((_sort_resources(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+            if key == "Resource" and isinstance(value, list)
+            else _sort_resources(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_sort_resources(v) for v in node]
+    return node
 
 
 @pytest.fixture()

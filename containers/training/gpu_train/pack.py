@@ -12,14 +12,35 @@ is ``image_size`` and centre-cropped to a square, and stored as a ``uint8`` (H, 
 training workers then only copy bytes. ``raw`` mode stores each file unchanged as ``<key>.<ext>``.
 
 The sample order is shuffled once with a seeded RNG (same source + seed = byte-identical shards), so a
-sequential read of any shard mixes classes. Destinations are a directory or ``s3://bucket/prefix``:
-shards are then staged in a temporary directory and uploaded as soon as each is complete, with
-parallel multipart transfers; ``index.json`` is uploaded last, so its presence marks a complete dataset.
+sequential read of any shard mixes classes.
+
+A source file that cannot be read or decoded fails the run, naming it; with ``skip_bad`` (``--skip-bad``)
+it is reported and left out, and the run fails only when more than ``max_bad_fraction`` of the files are
+bad (default 1%).
+
+A failed run (bad input, an upload error, Ctrl-C) leaves no partial dataset at the destination, and
+``index.json`` is always written last, so its presence marks a complete dataset: a destination without it
+is incomplete. (A process killed outright cannot clean up: it may leave the hidden staging directory, shards
+without ``index.json`` on S3, and open multipart uploads, which the platform's buckets abort after 7 days
+with an ``AbortIncompleteMultipartUpload`` lifecycle rule.) Per destination:
+
+* a directory: shards are written to a hidden staging directory (``.<name>.gpuctl-shard-*`` beside a new
+  destination, ``<dest>/.gpuctl-shard-*`` inside an existing one, so that both are on one file system) and
+  moved into place with ``rename`` once everything is written; on failure the staging directory is removed
+  and the destination is left as it was (an existing dataset is only replaced after the new one is complete).
+* ``s3://bucket/prefix``: shards are staged in a local temporary directory and uploaded as soon as each is
+  complete, with parallel multipart transfers. On failure the pending transfers are cancelled, multipart
+  uploads of this run that are still open are aborted (``AbortMultipartUpload``: S3 then frees their parts) and
+  every object this run wrote is deleted, so the prefix holds no shards of the failed run. With
+  ``overwrite`` the previous dataset is deleted before the upload starts (shard names are reused), so a failed
+  overwrite leaves an empty prefix, never a mix of old and new shards.
+
 This module imports no torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -27,8 +48,11 @@ import logging
 import os
 import random
 import shutil
+import struct
 import tempfile
 import threading
+import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -62,6 +86,18 @@ class PackError(ValueError):
 class Item:
     path: str
     label: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A source file left out by ``skip_bad``: its path and why it could not be read or decoded."""
+
+    path: str
+    reason: str
+
+
+#: Default of ``max_bad_fraction``: the share of bad source files ``skip_bad`` tolerates.
+DEFAULT_MAX_BAD_FRACTION = 0.01
 
 
 # ------------------------------------------------------------------------------------------- sources
@@ -124,15 +160,17 @@ def read_manifest(manifest: Path) -> tuple[list[Item], list[str]]:
     return items, classes
 
 
-def list_source(src: Path, *, mode: str) -> tuple[list[Item], list[str]]:
+def list_source(src: Path, *, mode: str, allow_missing: bool = False) -> tuple[list[Item], list[str]]:
+    """The items and class names of ``src``; a manifest entry whose file is missing fails unless ``allow_missing``
+    (``skip_bad``: it is then reported and skipped like any unreadable file)."""
     if not src.exists():
         raise PackError(f"source {src} does not exist")
     items, classes = list_image_folder(src, mode=mode) if src.is_dir() else read_manifest(src)
     if not items:
         raise PackError(f"source {src} holds no {'images' if mode == 'image' else 'files'} to pack")
-    missing = next((i.path for i in items if not os.path.isfile(i.path)), None)
+    missing = None if allow_missing else next((i.path for i in items if not os.path.isfile(i.path)), None)
     if missing:
-        raise PackError(f"source {src}: file {missing} does not exist")
+        raise PackError(f"source {src}: file {missing} does not exist (pass --skip-bad to skip missing files)")
     return items, classes
 
 
@@ -173,6 +211,22 @@ class _Job:
     image_size: int
 
 
+#: What reading or decoding one bad source file raises. Pillow: ``Image.open`` raises ``FileNotFoundError``,
+#: ``UnidentifiedImageError`` (an ``OSError``) or ``ValueError``; decoding a truncated or corrupt file raises
+#: ``OSError``, and some format plugins ``SyntaxError`` / ``EOFError`` / ``struct.error`` / ``zlib.error``
+#: (https://pillow.readthedocs.io/en/stable/reference/Image.html#PIL.Image.open); an image above
+#: ``Image.MAX_IMAGE_PIXELS`` x 2 raises ``DecompressionBombError``.
+BAD_FILE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ValueError,
+    SyntaxError,
+    EOFError,
+    struct.error,
+    zlib.error,
+    Image.DecompressionBombError,
+)
+
+
 def _prepare(args: tuple[_Job, Item]) -> tuple[list[tuple[str, bytes]], str | None]:
     """Worker: read and preprocess one item; returns (files, error)."""
     job, item = args
@@ -183,8 +237,8 @@ def _prepare(args: tuple[_Job, Item]) -> tuple[list[tuple[str, bytes]], str | No
             ext = os.path.basename(item.path).split(".", 1)[1] if "." in os.path.basename(item.path) else "bin"
             with open(item.path, "rb") as handle:
                 files = [(ext.lower(), handle.read())]
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        return [], f"{item.path}: {exc}"
+    except BAD_FILE_ERRORS as exc:
+        return [], str(exc) or type(exc).__name__
     files.append(("cls", str(item.label).encode()))
     return files, None
 
@@ -204,6 +258,9 @@ def split_s3(uri: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+STAGING_PREFIX = ".gpuctl-shard-"
+
+
 def _our_files(directory: Path) -> list[Path]:
     return [
         p
@@ -214,23 +271,64 @@ def _our_files(directory: Path) -> list[Path]:
 
 
 def prepare_local(dest: Path, *, overwrite: bool) -> None:
+    """Check that ``dest`` may receive a dataset; nothing there is changed until :class:`LocalTarget` commits."""
     if dest.exists() and not dest.is_dir():
         raise PackError(f"destination {dest} exists and is not a directory")
-    if not dest.exists():
-        dest.mkdir(parents=True)
-        return
-    existing = _our_files(dest)
+    existing = _our_files(dest) if dest.exists() else []
     if existing and not overwrite:
         raise PackError(
             f"destination {dest} already holds a dataset ({len(existing)} shard/index files); "
             "pass --overwrite to replace it"
         )
-    for path in existing:
-        path.unlink()
+
+
+class LocalTarget:
+    """A directory destination written through a staging directory on the same file system.
+
+    A new destination is staged beside it (``<parent>/.<name>.gpuctl-shard-<id>``) and renamed into place in one
+    step; an existing one (it may be a mount point, e.g. a SageMaker processing output) is staged inside it
+    (``<dest>/.gpuctl-shard-<id>``), and on commit its previous shards and index are removed and the new shards
+    moved in with ``rename``, ``index.json`` last. Until the commit the destination is untouched.
+    """
+
+    def __init__(self, dest: Path, *, overwrite: bool) -> None:
+        prepare_local(dest, overwrite=overwrite)
+        self.dest = dest
+        self.fresh = not dest.exists()
+        parent = dest.absolute().parent if self.fresh else dest
+        parent.mkdir(parents=True, exist_ok=True)
+        name = f".{dest.absolute().name}{STAGING_PREFIX}" if self.fresh else STAGING_PREFIX
+        while True:  # mkdir (not mkdtemp): the directory gets the umask's mode, as a plain mkdir of dest would
+            staging = parent / f"{name}{uuid.uuid4().hex[:12]}"
+            try:
+                staging.mkdir()
+                break
+            except FileExistsError:
+                continue
+        self.staging = staging
+
+    def commit(self, index_json: str) -> None:
+        (self.staging / INDEX_NAME).write_text(index_json)
+        if self.fresh and not self.dest.exists():
+            self.staging.rename(self.dest)
+            return
+        old = _our_files(self.dest)
+        for path in sorted(old, key=lambda p: p.name != INDEX_NAME):  # the old index first: no stale marker
+            path.unlink()
+        for path in sorted(self.staging.iterdir(), key=lambda p: (p.name == INDEX_NAME, p.name)):  # index last
+            path.replace(self.dest / path.name)
+        self.staging.rmdir()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
 
 
 class S3Target:
-    """Uploads finished shards in the background with boto3's multipart, multi-threaded transfers."""
+    """Uploads finished shards in the background with boto3's multipart, multi-threaded transfers.
+
+    Multipart uploads: https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html (an aborted
+    upload's parts are freed; an upload that is neither completed nor aborted keeps its parts, and is billed).
+    """
 
     def __init__(
         self,
@@ -257,6 +355,8 @@ class S3Target:
         if kms_key_id:
             self.extra_args.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=kms_key_id)
         self._futures: list[Any] = []
+        self._all_futures: list[Any] = []
+        self._written: list[str] = []  # every key this run may have created, index included
         self._lock = threading.Lock()
 
     def key(self, name: str) -> str:
@@ -269,6 +369,11 @@ class S3Target:
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
         return keys
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+            batch = [{"Key": k} for k in keys[start : start + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
 
     def prepare(self, *, overwrite: bool) -> None:
         keys = self._existing_keys()
@@ -292,9 +397,8 @@ class S3Target:
                 len(others),
                 others[0],
             )
-        for start in range(0, len(ours), 1000):
-            batch = [{"Key": k} for k in ours[start : start + 1000]]
-            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        # The index first: while the rest goes, the prefix is already marked incomplete.
+        self._delete(sorted(ours, key=lambda k: not k.endswith(f"/{INDEX_NAME}") and k != INDEX_NAME))
 
     def upload(self, path: Path, name: str, *, delete_after: bool = True) -> None:
         from s3transfer.subscribers import BaseSubscriber
@@ -308,11 +412,15 @@ class S3Target:
                 path.unlink(missing_ok=True)
 
         subscribers = [_DeleteWhenDone()] if delete_after else []
+        key = self.key(name)
+        with self._lock:
+            self._written.append(key)
         future = self.manager.upload(
-            str(path), self.bucket, self.key(name), extra_args=dict(self.extra_args), subscribers=subscribers
+            str(path), self.bucket, key, extra_args=dict(self.extra_args), subscribers=subscribers
         )
         with self._lock:
             self._futures.append(future)
+            self._all_futures.append(future)
 
     def wait(self) -> None:
         with self._lock:
@@ -321,13 +429,51 @@ class S3Target:
             future.result()
 
     def put_index(self, text: str) -> None:
+        key = self.key(INDEX_NAME)
+        with self._lock:
+            self._written.append(key)
         self.client.put_object(
             Bucket=self.bucket,
-            Key=self.key(INDEX_NAME),
+            Key=key,
             Body=text.encode(),
             ContentType="application/json",
             **{k: v for k, v in self.extra_args.items() if k != "ContentType"},
         )
+
+    def abort(self) -> list[str]:
+        """Undo a failed run: cancel pending transfers, abort its open multipart uploads, delete what it wrote.
+
+        s3transfer aborts the multipart upload of a transfer that fails or is cancelled; the multipart uploads
+        still open under our keys afterwards (e.g. the abort itself failed) are aborted here. Returns the keys
+        that could not be cleaned up (each error is logged); empty when the prefix is clean.
+        """
+        with self._lock:
+            futures, written = list(self._all_futures), list(self._written)
+        for future in futures:
+            future.cancel()  # a finished transfer ignores it
+        for future in futures:
+            with contextlib.suppress(Exception):  # cancelled or failed: cleaned up below either way
+                future.result()
+        left: list[str] = []
+        ours = set(written)
+        try:
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            prefix = f"{self.prefix}/" if self.prefix else ""
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for upload in page.get("Uploads", []):
+                    if upload["Key"] in ours:
+                        self.client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+        except Exception as exc:
+            log.error("s3://%s/%s: could not abort the open multipart uploads: %s", self.bucket, self.prefix, exc)
+            left.extend(f"multipart upload of {k}" for k in written)
+        try:
+            self._delete(sorted(ours))
+        except Exception as exc:
+            log.error("s3://%s/%s: could not delete the objects of the failed run: %s", self.bucket, self.prefix, exc)
+            left.extend(sorted(ours))
+        return left
 
     def close(self) -> None:
         self.manager.shutdown()
@@ -351,6 +497,19 @@ def _prepared(jobs: Iterable[tuple[_Job, Item]], workers: int) -> Iterator[tuple
         yield from pool.imap(_prepare, jobs, chunksize=8)
 
 
+def _too_many_bad(bad: int, total: int, max_bad_fraction: float) -> bool:
+    return bad > max_bad_fraction * total
+
+
+def _bad_files_error(skipped: Sequence[Skipped], total: int, max_bad_fraction: float, *, final: bool) -> PackError:
+    seen = "" if final else " so far"
+    return PackError(
+        f"{len(skipped)} of {total} source files{seen} cannot be read ({100 * len(skipped) / total:.2f}%), "
+        f"more than --max-bad-fraction {max_bad_fraction:g} ({100 * max_bad_fraction:g}%) allows; "
+        f"first: {skipped[0].path}: {skipped[0].reason}"
+    )
+
+
 def pack(
     src: Path,
     dest: str,
@@ -368,10 +527,16 @@ def pack(
     multipart_chunk_bytes: int = 16 << 20,
     kms_key_id: str | None = None,
     on_progress: Callable[[int], None] | None = None,
+    skip_bad: bool = False,
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
+    on_skip: Callable[[Skipped], None] | None = None,
 ) -> DatasetIndex:
     """Pack ``src`` into shards at ``dest`` (a directory or ``s3://bucket/prefix``); returns the index.
 
-    ``workers``: preprocessing processes (0: one per CPU). Unreadable files fail the run and are named.
+    ``workers``: preprocessing processes (0: one per CPU). An unreadable or undecodable file fails the run,
+    naming it; with ``skip_bad`` it is passed to ``on_skip`` (default: logged as a warning) and left out, and
+    the run fails once more than ``max_bad_fraction`` of all source files are bad. On any failure the
+    destination holds no part of this run (see the module docstring).
     """
     if mode not in MODES:
         raise PackError(f"mode={mode!r} is not allowed; allowed: {', '.join(MODES)}")
@@ -379,11 +544,14 @@ def pack(
         raise PackError(f"image size {image_size} is not allowed; allowed: 8 to 4096 pixels")
     if target_bytes <= 0:
         raise PackError(f"target shard size {target_bytes} is not allowed; allowed: > 0 bytes")
-    items, classes = list_source(src, mode=mode)
+    if not 0.0 <= max_bad_fraction <= 1.0:
+        raise PackError(f"max bad fraction {max_bad_fraction:g} is not allowed; allowed: 0 to 1 (e.g. 0.01 for 1%)")
+    items, classes = list_source(src, mode=mode, allow_missing=skip_bad)
     ordered = _ordered(items, seed, shuffle)
     workers = workers or len(os.sched_getaffinity(0))
 
     target: S3Target | None = None
+    local: LocalTarget | None = None
     staging: Path
     if is_s3(dest):
         target = S3Target(
@@ -396,12 +564,18 @@ def pack(
         target.prepare(overwrite=overwrite)
         staging = Path(tempfile.mkdtemp(prefix="gpuctl-shard-"))
     else:
-        staging = Path(dest)
-        prepare_local(staging, overwrite=overwrite)
+        local = LocalTarget(Path(dest), overwrite=overwrite)
+        staging = local.staging
 
     def on_shard(path: Path, info: ShardInfo) -> None:
         if target is not None:
             target.upload(path, info.name)
+
+    def skipped_file(entry: Skipped) -> None:
+        if on_skip is not None:
+            on_skip(entry)
+        else:
+            log.warning("skipped %s: %s", entry.path, entry.reason)
 
     writer = ShardWriter(staging, target_bytes, on_shard=on_shard)
     bar: Any = None
@@ -410,16 +584,33 @@ def pack(
 
         bar = tqdm(total=len(ordered), unit="img" if mode == "image" else "file", desc="packing", smoothing=0.1)
     job = _Job(mode=mode, image_size=image_size)
+    skipped: list[Skipped] = []
+    written = 0
     try:
-        for number, (files, error) in enumerate(_prepared(((job, item) for item in ordered), workers)):
+        for number, ((files, error), item) in enumerate(
+            zip(_prepared(((job, item) for item in ordered), workers), ordered, strict=True)
+        ):
             if error is not None:
-                raise PackError(f"cannot read source file {error}")
-            writer.add(f"{number:09d}", files)
+                if not skip_bad:
+                    raise PackError(
+                        f"cannot read source file {item.path}: {error} (pass --skip-bad to skip unreadable files)"
+                    )
+                skipped.append(Skipped(item.path, error))
+                skipped_file(skipped[-1])
+                if _too_many_bad(len(skipped), len(ordered), max_bad_fraction):
+                    raise _bad_files_error(skipped, len(ordered), max_bad_fraction, final=number + 1 == len(ordered))
+            else:
+                writer.add(f"{written:09d}", files)
+                written += 1
             if bar is not None:
                 bar.update(1)
             if on_progress is not None:
                 on_progress(number + 1)
+        if not written:
+            raise PackError(f"source {src}: none of its {len(ordered)} files can be read")
         shards = writer.close()
+        bad_paths = {entry.path for entry in skipped}
+        kept = [i for i in items if i.path not in bad_paths]
         if mode == "image":
             sample: dict[str, Any] = {
                 "image": {"ext": "npy", "dtype": "uint8", "layout": "HWC", "shape": [image_size, image_size, 3]},
@@ -427,7 +618,7 @@ def pack(
             }
         else:
             sample = {
-                "files": sorted({os.path.basename(i.path).split(".", 1)[-1].lower() for i in items}),
+                "files": sorted({os.path.basename(i.path).split(".", 1)[-1].lower() for i in kept}),
                 "label": {"ext": "cls"},
             }
         index = DatasetIndex(
@@ -442,18 +633,21 @@ def pack(
         if target is not None:
             target.wait()
             target.put_index(index.to_json())
-        else:
-            (staging / INDEX_NAME).write_text(index.to_json())
+        elif local is not None:
+            local.commit(index.to_json())
         return index
     except BaseException:
         writer.abort()
+        if target is not None:
+            left = target.abort()
+            if left:
+                log.error("the failed run left %d objects under %s; delete them: %s", len(left), dest, left)
         raise
     finally:
         if bar is not None:
             bar.close()
         if target is not None:
-            try:
-                target.wait()
-            finally:
-                target.close()
-                shutil.rmtree(staging, ignore_errors=True)
+            target.close()
+            shutil.rmtree(staging, ignore_errors=True)
+        elif local is not None:
+            local.discard()

@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from PIL import Image
 
@@ -185,3 +186,152 @@ def test_s3_destination_uploads_multipart_with_the_index_last(tmp_path: Path) ->
     assert keys == ["sets/noise/index.json", "sets/noise/shard-000000.tar"]
     index_body = io.BytesIO(client.get_object(Bucket="data", Key="sets/noise/index.json")["Body"].read())
     assert json.load(index_body)["image_size"] == 16
+
+
+# -- bad source files (--skip-bad) and no partial destination on failure -----------------------------------------
+
+
+def _source_with_bad_files(root: Path, good: int = 18) -> tuple[Path, list[Path]]:
+    """ImageFolder with ``good`` 8x8 PNGs and two bad files: a text file named .jpg and a truncated PNG."""
+    rng = np.random.default_rng(1)
+    for i in range(good):
+        directory = root / f"class_{i % 2}"
+        directory.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(directory / f"img_{i:02d}.png")
+    text = root / "class_0" / "notes.jpg"
+    text.write_bytes(b"this is not a JPEG")
+    whole = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(whole, format="PNG")
+    truncated = root / "class_1" / "cut.png"
+    truncated.write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
+    return root, [text, truncated]
+
+
+def _samples_in(directory: Path) -> int:
+    index = shards.DatasetIndex.load(directory / shards.INDEX_NAME)
+    return sum(len(shards.parse_archive((directory / i.name).read_bytes(), i.name).samples) for i in index.shards)
+
+
+def test_skip_bad_reports_each_file_and_the_count(tmp_path: Path, capsys: Any) -> None:
+    src, bad = _source_with_bad_files(tmp_path / "src")
+    dest = tmp_path / "ds"
+    args = ["shard", str(src), str(dest), "--image-size", "8", "--quiet", "--workers", "1", "--skip-bad"]
+    assert gpuctl([*args, "--max-bad-fraction", "0.1"]) == 0
+    captured = capsys.readouterr()
+    for path in bad:
+        assert f"gpuctl shard: skipped {path}: " in captured.err
+    assert "cannot identify image file" in captured.err  # the text file; the truncated PNG names its own error
+    assert "skipped 2 of 20 source files that cannot be read (10.00%; --max-bad-fraction 0.1 allows 10%)" in (
+        captured.out
+    )
+    assert "18 samples, 2 classes" in captured.out
+    assert shards.DatasetIndex.load(dest / "index.json").num_samples == 18 == _samples_in(dest)
+    assert [p.name for p in dest.iterdir() if p.name.startswith(".")] == []  # no staging left behind
+
+
+def test_too_many_bad_files_fail_and_leave_no_destination(tmp_path: Path, capsys: Any) -> None:
+    src, bad = _source_with_bad_files(tmp_path / "src")
+    dest = tmp_path / "ds"
+    args = ["shard", str(src), str(dest), "--image-size", "8", "--quiet", "--workers", "1", "--no-shuffle"]
+    assert gpuctl([*args, "--skip-bad"]) == 1  # default --max-bad-fraction 0.01: 1 of 20 is already too many
+    err = capsys.readouterr().err
+    assert f"gpuctl shard: skipped {bad[0]}" in err
+    assert "1 of 20 source files so far cannot be read (5.00%), more than --max-bad-fraction 0.01 (1%) allows" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # neither DEST nor a staging directory
+
+    assert gpuctl([*args, "--max-bad-fraction", "0.1"]) == 2
+    assert "--max-bad-fraction 0.1 needs --skip-bad" in capsys.readouterr().err
+    assert gpuctl([*args, "--skip-bad", "--max-bad-fraction", "1.5"]) == 2
+    assert "--max-bad-fraction 1.5 is not allowed; allowed: 0 to 1" in capsys.readouterr().err
+
+
+def test_a_failed_run_keeps_the_previous_dataset_and_no_staging(tmp_path: Path) -> None:
+    src, _ = _source_with_bad_files(tmp_path / "src")
+    dest = tmp_path / "ds"
+    kwargs: dict[str, Any] = {"image_size": 8, "progress": False, "workers": 1, "shuffle": False}
+    pack.pack(src, str(dest), skip_bad=True, max_bad_fraction=0.1, target_bytes=1024, **kwargs)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    assert len(before) > 3  # index + several shards
+    # Shards are written before the bad file comes (no shuffle: class_0/notes.jpg sorts after class_0/img_*).
+    written: list[int] = []
+    with pytest.raises(pack.PackError, match=r"cannot read source file .*notes\.jpg: .*pass --skip-bad"):
+        pack.pack(src, str(dest), overwrite=True, target_bytes=512, on_progress=written.append, **kwargs)
+    assert written[-1] == 9  # nine good images packed into shards before the failure
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+    # A new destination: the failure leaves nothing at all.
+    with pytest.raises(pack.PackError):
+        pack.pack(src, str(tmp_path / "new" / "ds"), target_bytes=512, **kwargs)
+    assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_manifest_with_a_missing_file(tmp_path: Path, capsys: Any) -> None:
+    src, _ = _source_with_bad_files(tmp_path / "src")
+    files = sorted(src.glob("class_*/img_*.png"))
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,label\n" + "".join(f"{f},{f.parent.name}\n" for f in files) + "gone.png,class_0\n")
+    args = ["shard", str(manifest), str(tmp_path / "ds"), "--image-size", "8", "--quiet", "--workers", "1"]
+    assert gpuctl(args) == 1
+    assert "gone.png does not exist (pass --skip-bad to skip missing files)" in capsys.readouterr().err
+    assert gpuctl([*args, "--skip-bad", "--max-bad-fraction", "0.1"]) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {tmp_path / 'gone.png'}: [Errno 2] No such file or directory" in captured.err
+    assert "skipped 1 of 19 source files" in captured.out
+
+
+@mock_aws
+def test_s3_failure_aborts_uploads_and_deletes_what_it_wrote(tmp_path: Path) -> None:
+    client = boto3.client("s3", region_name="us-east-1")
+    client.create_bucket(Bucket="data")
+    client.put_object(Bucket="data", Key="sets/raw/README", Body=b"not ours: stays")
+    src = tmp_path / "src" / "blobs"  # raw mode: three 6 MB files, one shard each, two 5 MB parts each
+    src.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        (src / f"{i}.bin").write_bytes(rng.bytes(6 << 20))
+    created: list[str] = []
+
+    def fail_second_part_of_shard_1(params: dict[str, Any], **_: Any) -> None:
+        if params["Key"].endswith("shard-000001.tar") and params["PartNumber"] == 2:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "UploadPart")
+
+    client.meta.events.register("before-parameter-build.s3.UploadPart", fail_second_part_of_shard_1)
+    client.meta.events.register(
+        "before-parameter-build.s3.CreateMultipartUpload", lambda params, **_: created.append(params["Key"])
+    )
+    with pytest.raises(ClientError, match="injected"):
+        pack.pack(
+            tmp_path / "src",
+            "s3://data/sets/raw",
+            mode="raw",
+            target_bytes=7 << 20,
+            shuffle=False,
+            progress=False,
+            workers=1,
+            s3_client=client,
+            max_concurrency=2,
+            multipart_chunk_bytes=5 << 20,
+        )
+    assert "sets/raw/shard-000001.tar" in created  # a multipart upload was open when its part failed
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="data", Prefix="sets/raw/").get("Contents", [])]
+    assert keys == ["sets/raw/README"]  # the shards that did go up were deleted, no index.json
+    assert client.list_multipart_uploads(Bucket="data").get("Uploads", []) == []
+
+
+@mock_aws
+def test_s3_bad_source_file_leaves_an_empty_prefix(tmp_path: Path) -> None:
+    client = boto3.client("s3", region_name="us-east-1")
+    client.create_bucket(Bucket="data")
+    src, _ = _source_with_bad_files(tmp_path / "src")
+    with pytest.raises(pack.PackError, match=r"notes\.jpg"):
+        pack.pack(
+            src,
+            "s3://data/sets/bad",
+            image_size=8,
+            target_bytes=512,
+            shuffle=False,
+            progress=False,
+            workers=1,
+            s3_client=client,
+        )
+    assert client.list_objects_v2(Bucket="data", Prefix="sets/bad/")["KeyCount"] == 0

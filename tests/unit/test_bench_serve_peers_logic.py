@@ -1,0 +1,301 @@
+"""benchmarks.serve_peers: the pure logic of the serving comparison (pins, request bodies, /proc parsing, batch
+logs, statistics, the HTTP client, the code shipped into the peers' handlers, the report).
+
+TorchServe and LitServe are not installed in the project's environment and are not run here:
+``python -m benchmarks.serve_peers --quick`` is their smoke test.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import email.parser
+import email.policy
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.serve_peers import (
+    LITSERVE_APP,
+    NPY,
+    TORCHSERVE_HANDLER,
+    BatchLog,
+    Cell,
+    LoadResult,
+    behind,
+    closed_loop,
+    decode_sample,
+    descendants,
+    http_request,
+    json_instances,
+    load_artifact,
+    malformed_npy,
+    missing_requirements,
+    multipart,
+    npy_bytes,
+    parse_batch_lines,
+    parse_stat,
+    percentile,
+    ratio_rows,
+    read_response,
+    rotated,
+    status_kib,
+    version_matches,
+)
+
+
+# -- pins ---------------------------------------------------------------------------------------------------------
+def test_a_pin_without_local_label_accepts_the_cpu_build_and_nothing_else() -> None:
+    assert version_matches("2.13.0+cpu", "2.13.0")
+    assert version_matches("2.13.0", "2.13.0")
+    assert not version_matches("2.13.1", "2.13.0")
+    assert not version_matches("2.13.0+cpu", "2.13.0+cu128")
+    assert not version_matches(None, "2.13.0")
+
+
+def test_missing_requirements_lists_absent_and_wrong_versions_only() -> None:
+    installed = {"torch": "2.13.0+cpu", "torchserve": "0.11.1", "numpy": "2.4.6"}
+    wanted = {"torch": "2.13.0", "torchserve": "0.12.0", "litserve": "0.2.19", "numpy": "2.4.6"}
+    assert missing_requirements(installed, wanted) == ["torchserve==0.12.0", "litserve==0.2.19"]
+
+
+# -- request bodies -----------------------------------------------------------------------------------------------
+def test_multipart_body_parses_back_to_the_same_file() -> None:
+    content = npy_bytes(np.arange(12, dtype=np.float32).reshape(1, 3, 2, 2))
+    body, content_type = multipart("file", "sample.npy", content, NPY, "b0undary")
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + body
+    )
+    parts = list(message.iter_parts())
+    assert len(parts) == 1
+    assert parts[0].get_param("name", header="content-disposition") == "file"
+    assert parts[0].get_filename() == "sample.npy"
+    assert parts[0].get_content_type() == NPY
+    assert parts[0].get_payload(decode=True) == content
+
+
+def test_multipart_refuses_a_boundary_inside_the_content() -> None:
+    with pytest.raises(ValueError, match="boundary 'xx'"):
+        multipart("file", "a.npy", b"abc--xxdef", NPY, "xx")
+
+
+def test_http_request_has_the_exact_content_length() -> None:
+    raw = http_request("/invocations", 8080, b"12345", NPY)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /invocations HTTP/1.1\r\n")
+    assert b"Content-Length: 5" in head.split(b"\r\n")
+    assert body == b"12345"
+
+
+def test_malformed_npy_is_refused_by_numpy() -> None:
+    with pytest.raises((ValueError, EOFError, SyntaxError)):
+        np.load(io.BytesIO(malformed_npy()), allow_pickle=False)
+
+
+# -- /proc parsing ------------------------------------------------------------------------------------------------
+def test_parse_stat_counts_from_the_last_parenthesis() -> None:
+    # comm "a) (b c" holds spaces and parentheses; ppid 7, utime 11, stime 22, cutime 3, cstime 4.
+    fields = ["S", "7", "1", "1", "0", "-1", "0", "5", "0", "0", "0", "11", "22", "3", "4", "20", "0", "1"]
+    assert parse_stat("123 (a) (b c) " + " ".join(fields)) == (7, 40)
+
+
+def test_descendants_walks_the_whole_tree_and_nothing_else() -> None:
+    parents = {1: 0, 10: 1, 11: 10, 12: 10, 13: 12, 20: 1, 21: 20}
+    assert sorted(descendants(10, parents)) == [10, 11, 12, 13]
+    assert descendants(13, parents) == [13]
+
+
+def test_status_kib_reads_a_key_and_zero_when_absent() -> None:
+    text = "Name:\tpython\nVmPeak:\t  900 kB\nVmHWM:\t  51200 kB\nVmRSS:\t 40000 kB\n"
+    assert status_kib(text, "VmHWM") == 51200
+    assert status_kib("Name:\tzombie\n", "VmHWM") == 0
+
+
+# -- batch logs ---------------------------------------------------------------------------------------------------
+def test_parse_batch_lines_reads_gpu_serve_batch_events_and_plain_counts() -> None:
+    log = "\n".join(
+        [
+            '{"event": "access", "status": 200}',
+            '{"event": "batch", "batch_size": 4, "requests": 3}',
+            "not json",
+            '{"event": "batch", "batch_size": 1, "requests": 1}',
+        ]
+    )
+    assert parse_batch_lines(log, "gpu_serve") == [3, 1]
+    assert parse_batch_lines("16\n3\n\n", "plain") == [16, 3]
+    with pytest.raises(ValueError, match="format 'csv'"):
+        parse_batch_lines("1", "csv")
+
+
+def test_batch_log_returns_new_complete_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "batches.log"
+    log = BatchLog(path, "plain")
+    assert log.new_batches() == []  # not written yet
+    path.write_text("4\n5\n1")
+    assert log.new_batches() == [4, 5]
+    with open(path, "a") as handle:
+        handle.write("6\n2\n")
+    assert log.new_batches() == [16, 2]
+    assert log.new_batches() == []
+
+
+# -- statistics ---------------------------------------------------------------------------------------------------
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 51.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile([], 50) != percentile([], 50)  # NaN
+    with pytest.raises(ValueError, match="q=101"):
+        percentile(values, 101)
+
+
+def test_rotation_puts_every_server_in_every_position() -> None:
+    names = ["gpu_serve", "torchserve", "litserve"]
+    orders = [rotated(names, r) for r in range(3)]
+    assert orders[1] == ["torchserve", "litserve", "gpu_serve"]
+    for position in range(3):
+        assert sorted(order[position] for order in orders) == sorted(names)
+    assert rotated(names, 3) == names
+
+
+def _cell(server: str, n: int, throughputs: list[float], latencies: list[float], cpu: float = 0.0) -> Cell:
+    cell = Cell(server, n)
+    for tput in throughputs:
+        run = LoadResult(n, 100, 100 / tput, latencies, Counter({200: 99, 503: 1}))
+        cell.add(run, cpu, [4, 4, 2])
+    return cell
+
+
+def test_cell_reports_median_spread_cpu_batches_and_errors() -> None:
+    cell = _cell("gpu_serve", 8, [100.0, 300.0, 200.0], [1.0, 2.0, 3.0], cpu=0.5)
+    assert cell.throughput == pytest.approx(200.0)
+    assert cell.spread == pytest.approx((100.0, 300.0))
+    assert cell.cpu_ms_per_request == pytest.approx(5.0)  # 1.5 CPU s over 300 requests
+    assert cell.mean_batch == pytest.approx(10 / 3)
+    assert cell.errors == {503: 3}
+    assert cell.pct(50) == 2.0
+
+
+def test_ratio_rows_divide_gpu_serve_by_each_peer() -> None:
+    cells = {
+        "gpu_serve": [_cell("gpu_serve", 1, [300.0], [10.0])],
+        "torchserve": [_cell("torchserve", 1, [100.0], [20.0])],
+        "litserve": [_cell("litserve", 1, [600.0], [5.0])],
+    }
+    assert ratio_rows(cells) == ["| 1 | **3.00x** | 0.50 | **0.50x** | 2.00 |"]
+
+
+def test_behind_names_each_cell_where_gpu_serve_trails_a_peer() -> None:
+    cells = {
+        "gpu_serve": [_cell("gpu_serve", 1, [300.0], [10.0]), _cell("gpu_serve", 8, [400.0], [30.0])],
+        "torchserve": [_cell("torchserve", 1, [100.0], [20.0]), _cell("torchserve", 8, [500.0], [20.0])],
+    }
+    assert behind(cells) == ["N=8 throughput vs TorchServe (0.80x)", "N=8 p99 vs TorchServe (1.50x)"]
+
+
+# -- HTTP client --------------------------------------------------------------------------------------------------
+def _reader(data: bytes) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    return reader
+
+
+def test_read_response_handles_sized_chunked_and_close() -> None:
+    async def go() -> list[tuple[int, bool, bytes]]:
+        sized = _reader(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+        chunked = _reader(
+            b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n"
+        )
+        return [await read_response(sized), await read_response(chunked)]
+
+    assert asyncio.run(go()) == [(200, False, b"hello"), (503, True, b"abcde")]
+
+
+def test_closed_loop_sends_exactly_total_requests_over_n_keep_alive_connections() -> None:
+    async def go() -> tuple[LoadResult, int, list[bytes]]:
+        connections = 0
+        bodies: list[bytes] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b""
+                if not head:
+                    break
+                length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.startswith(b"Content-Length"))
+                bodies.append(await reader.readexactly(length))
+                status = b"200 OK" if bodies[-1] == b"good" else b"400 Bad Request"
+                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        requests = [http_request("/", port, b"good", NPY), http_request("/", port, b"bad!", NPY)]
+        async with server:
+            result = await closed_loop(port, requests, 3, 10)
+        return result, connections, bodies
+
+    result, connections, bodies = asyncio.run(go())
+    assert result.requests == 10 and len(result.latencies_ms) == 10
+    assert result.statuses == Counter({200: 5, 400: 5})  # requests alternate
+    assert connections == 3
+    assert sorted(bodies) == sorted([b"good"] * 5 + [b"bad!"] * 5)
+
+
+# -- code shipped into the peers ----------------------------------------------------------------------------------
+def test_torchserve_handler_defines_exactly_one_class_and_litserve_app_parses() -> None:
+    # TorchServe instantiates the only class of a handler module that has no function entry point.
+    tree = ast.parse(TORCHSERVE_HANDLER)
+    assert [n.name for n in tree.body if isinstance(n, ast.ClassDef)] == ["BatchedArtifactHandler"]
+    app = ast.parse(LITSERVE_APP)
+    api = next(n for n in app.body if isinstance(n, ast.ClassDef))
+    methods = {n.name for n in api.body if isinstance(n, ast.FunctionDef)}
+    assert {"setup", "decode_request", "batch", "predict", "unbatch", "encode_response"} <= methods
+
+
+def test_decode_sample_converts_parsed_json_and_delegates_bytes_and_text() -> None:
+    calls: list[tuple[Any, str]] = []
+
+    def input_fn(body: Any, content_type: str) -> torch.Tensor:
+        calls.append((body, content_type))
+        return torch.zeros(1, 3, 2, 2)
+
+    fake = SimpleNamespace(input_fn=input_fn, load_config=lambda: {"image_size": 2})
+    decode_sample(bytearray(b"npy"), fake)
+    decode_sample('{"instances": []}', fake)
+    assert calls == [(b"npy", "application/x-npy"), ('{"instances": []}', "application/json")]
+    sample = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    out = decode_sample({"instances": sample.tolist()}, fake)
+    assert out.shape == (1, 3, 2, 2) and torch.equal(out[0], torch.from_numpy(sample))
+    with pytest.raises(ValueError, match=r"shape \(1, 3, 3, 2\)"):
+        decode_sample({"instances": np.zeros((1, 3, 3, 2)).tolist()}, fake)
+    with pytest.raises(ValueError, match="instances"):
+        decode_sample({"inputs": []}, fake)
+
+
+def test_peers_load_the_artifact_and_decode_both_types_to_the_same_logits(tmp_path: Path) -> None:
+    from gpu_train.export import export_example_model
+
+    tarball = export_example_model(tmp_path / "export")
+    inference, model = load_artifact(str(tarball), str(tmp_path / "unpacked"))
+    sample = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    from_npy = decode_sample(npy_bytes(sample), inference)
+    from_json = decode_sample(json_instances(sample).decode(), inference)
+    parsed = decode_sample(json.loads(json_instances(sample)), inference)
+    assert torch.allclose(from_npy, from_json, atol=1e-6) and torch.equal(from_json, parsed)
+    logits = inference.predict_fn(torch.cat([from_npy, parsed]), model)
+    assert logits.shape == (2, 3) and torch.allclose(logits[0], logits[1], atol=1e-5)
+    with pytest.raises(ValueError, match=r"\.npy"):
+        decode_sample(malformed_npy(), inference)
