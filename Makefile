@@ -16,7 +16,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup synth test lint snapshot-update bench bench-gpu wheel clean diagram config-reference
+.PHONY: help setup synth test lint snapshot-update bench bench-peers bench-gpu wheel clean diagram config-reference
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -105,6 +105,12 @@ _gpu-check:
 		exit 2; fi
 	@echo "==> make bench-gpu: ResNet-50 training throughput, synthetic vs real data, on $$(nvidia-smi -L | head -1)"
 	@echo "    1 to 2 minutes (plus about 1 the first time, to generate and pack the shards)$(if $(BENCH_QUICK),; quick run: under a minute)"
+
+bench-peers: setup ## against the tools a user would pick instead: gpu_serve vs TorchServe/LitServe, shard loader vs WebDataset/MDS/LitData (~15 min; installs them into .bench/peers-venv; TorchServe needs Java 17)
+	@echo "==> gpu_serve vs TorchServe 0.12 and LitServe, N = 1, 8, 32, 64 (benchmarks.serve_peers)$(if $(BENCH_QUICK), quick run: docs/ untouched)"
+	$(PY) -m benchmarks.serve_peers $(BENCH_QUICK)
+	@echo "==> shard loader vs WebDataset, MosaicML Streaming and LitData (benchmarks.loader_peers)$(if $(BENCH_QUICK), quick run: docs/ untouched)"
+	$(PY) -m benchmarks.loader_peers $(BENCH_QUICK)
 
 bench-gpu: _gpu-check setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU
 	$(PY) -m benchmarks.training_gpu --device cuda $(BENCH_QUICK)

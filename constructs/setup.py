@@ -25,6 +25,8 @@ sdists and editable installs in build sub-commands" (``setuptools.command.build.
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 from setuptools import setup
@@ -38,8 +40,17 @@ REPOSITORY_RUNTIME = HERE.parent / "containers" / "training"
 PACKAGED_RUNTIME = ("gpu_constructs", "_runtime", "training")
 #: The parts of ``containers/training`` the library reads.
 RUNTIME_PARTS = ("gpu_train", "default_code", "vendor")
-_SKIPPED_DIRS = frozenset({"__pycache__"})
-_SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
+
+
+def _shipped_files() -> Callable[[Path, str], list[str]]:
+    """``gpu_constructs.runtime_files.shipped_files``, loaded by path (the package's dependencies are not there
+    while it is built): the one rule of which runtime files ship, shared with the launcher zipapp."""
+    spec = importlib.util.spec_from_file_location("_runtime_files", HERE / "gpu_constructs" / "runtime_files.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shipped: Callable[[Path, str], list[str]] = module.shipped_files
+    return shipped
 
 
 def runtime_source() -> Path | None:
@@ -52,19 +63,8 @@ def runtime_source() -> Path | None:
 
 def runtime_files(source: Path) -> list[str]:
     """The ``/``-separated paths, relative to ``source``, of every file of the runtime parts, sorted."""
-    found = []
-    for part in RUNTIME_PARTS:
-        for path in (source / part).rglob("*"):
-            relative = path.relative_to(source)
-            if (
-                not path.is_file()
-                or _SKIPPED_DIRS.intersection(relative.parts)
-                or any(name.startswith(".") for name in relative.parts)
-                or path.suffix in _SKIPPED_SUFFIXES
-            ):
-                continue
-            found.append(relative.as_posix())
-    return sorted(found)
+    shipped_files = _shipped_files()
+    return sorted(name for part in RUNTIME_PARTS for name in shipped_files(source, part))
 
 
 class BuildPyWithRuntime(build_py):

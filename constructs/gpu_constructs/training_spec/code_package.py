@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gpu_constructs.errors import ValidationError, is_token
+from gpu_constructs.runtime_files import shipped_files
 from gpu_constructs.training_spec.code import entry_point_problem
 from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE, _entry, write_once
 
@@ -480,24 +481,10 @@ def ensure_source_package(
 # The launcher zipapp
 # --------------------------------------------------------------------------------------------------
 
-_RUNTIME_SKIPPED_DIRS = frozenset({"__pycache__"})
-_RUNTIME_SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
-
 
 def _runtime_files(package_dir: Path) -> list[tuple[str, Path]]:
     """(path in the zip, file) of every module and data file of ``gpu_train``, without caches and dot files."""
-    found = []
-    for path in package_dir.rglob("*"):
-        relative = path.relative_to(package_dir)
-        if (
-            not path.is_file()
-            or _RUNTIME_SKIPPED_DIRS.intersection(relative.parts)
-            or any(part.startswith(".") for part in relative.parts)
-            or path.suffix in _RUNTIME_SKIPPED_SUFFIXES
-        ):
-            continue
-        found.append((f"gpu_train/{relative.as_posix()}", path))
-    return sorted(found)
+    return [(name, package_dir.parent / name) for name in shipped_files(package_dir.parent, "gpu_train")]
 
 
 def build_driver(runtime_dir: Path = DEFAULT_RUNTIME_DIR, wheels_dir: Path = DEFAULT_WHEELS_DIR) -> tuple[str, bytes]:
