@@ -16,7 +16,8 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup synth test lint snapshot-update bench bench-peers bench-gpu wheel clean diagram config-reference
+.PHONY: help setup synth test readme-commands lint snapshot-update bench bench-peers bench-gpu wheel clean diagram \
+	config-reference
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,8 +54,16 @@ lint: setup ## ruff lint + format check, mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy $(MYPY_PATHS)
 
-test: lint ## lint, type-check and run the whole test suite
+test: lint ## lint, type-check, run the whole test suite, then every README command (make readme-commands)
 	$(PY) -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory readme-commands
+
+# Every shell command of the READMEs that needs no AWS account and no Docker, run literally in scratch copies of the
+# working tree (platform_tools/readme_commands.py; the repository is not written). `--check` (fast, also a unit test)
+# classifies them; README_ARGS passes options, e.g. README_ARGS="--readme examples/causal_lm/README.md --keep".
+README_ARGS ?=
+readme-commands: setup ## run every README command that needs no AWS account or Docker, in scratch copies (~2 min)
+	$(PY) -m platform_tools.readme_commands --run $(README_ARGS)
 
 snapshot-update: setup ## regenerate template snapshots (review the diff before committing)
 	$(PY) -m pytest tests/snapshots --snapshot-update -q
