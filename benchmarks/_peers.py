@@ -34,9 +34,11 @@ import io
 import json
 import os
 import pstats
+import resource
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -76,6 +78,8 @@ PEER_RUNTIME_DEPS: tuple[str, ...] = (
 )
 
 LOADERS = ("shard", "webdataset", "mds", "litdata", "naive")
+#: A what-if, pre-decoded only: the shard loader with the consumer holding its last ring_size x workers batches.
+HELD = "shard-held"
 VARIANTS = ("decoded", "jpeg")
 PAGE = 4096
 
@@ -407,8 +411,9 @@ class _Pair:
 
 
 def _loader_kwargs(workers: int) -> dict[str, Any]:
-    """The same DataLoader settings for every loader built on one: persistent workers (as in training),
-    4 batches prefetched per worker (as the shard loader), forked workers."""
+    """The same ``DataLoader`` settings for every loader built on one (https://pytorch.org/docs/stable/data.html):
+    persistent workers (kept across epochs, as in training), 4 batches prefetched per worker (as the shard
+    loader), forked workers."""
     if workers == 0:
         return {"num_workers": 0}
     return {"num_workers": workers, "persistent_workers": True, "prefetch_factor": 4, "multiprocessing_context": "fork"}
@@ -427,7 +432,7 @@ def build_loader(spec: dict[str, Any]) -> Callable[[int], Batches]:
         int(spec["image_size"]),
     )
     data = spec["data"]
-    if loader == "shard":
+    if loader in ("shard", HELD):
         from benchmarks._shards import single_process_loader
         from gpu_train.data import discover
         from gpu_train.sagemaker import Channel
@@ -442,8 +447,16 @@ def build_loader(spec: dict[str, Any]) -> Callable[[int], Batches]:
             drop_last=False,
         )
 
+        # HELD: a receiver maps a shared-memory storage it is sent and caches the mapping
+        # (https://pytorch.org/docs/stable/multiprocessing.html, "file_descriptor" strategy), but the cache in
+        # torch/multiprocessing/reductions.py holds it by weak reference: once the consumer drops a batch, the
+        # next arrival of the same ring slot is mapped anew and its pages faulted in again when read. Holding the
+        # batches of every ring slot keeps each slot mapped.
+        held: deque[Any] = deque(maxlen=shard_loader.config.ring_size * max(1, workers) if loader == HELD else 0)
+
         def shard_epoch(epoch: int) -> Batches:
             for images, labels, _ in shard_loader.epoch(epoch):
+                held.append(images)
                 yield images, labels
 
         return shard_epoch
@@ -501,7 +514,7 @@ def build_loader(spec: dict[str, Any]) -> Callable[[int], Batches]:
         )
         lit_loader = litdata.StreamingDataLoader(lit, batch_size=batch, **_loader_kwargs(workers))
         return lambda epoch: iter(lit_loader)
-    raise PeerError(f"loader {loader!r} is not allowed; allowed: {', '.join(LOADERS)}")
+    raise PeerError(f"loader {loader!r} is not allowed; allowed: {', '.join([*LOADERS, HELD])}")
 
 
 # ------------------------------------------------------------------------------ inside the venv: timing
@@ -526,6 +539,12 @@ def tree_cpu_seconds(process: Any) -> float:
     return cpu_total(times)
 
 
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this (the main) process alone, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Warm-up epoch, then ``spec['epochs']`` timed epochs of one loader; checks every epoch's output."""
     import numpy as np
@@ -547,7 +566,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         counts = np.zeros(classes, dtype=np.int64)
         samples = 0
         touched = 0
-        cpu0, wall0 = tree_cpu_seconds(me), time.perf_counter()
+        main0, cpu0, wall0 = _own_cpu_seconds(), tree_cpu_seconds(me), time.perf_counter()
         for images, labels in epoch_batches(epoch):
             if images.dtype != torch.uint8 or tuple(images.shape[1:]) != (size, size, 3) or labels.dtype != torch.int64:
                 raise PeerError(
@@ -563,7 +582,16 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
                 pixel_sum += int(images.sum(dtype=torch.int64))
         seconds = time.perf_counter() - wall0
         cpu = tree_cpu_seconds(me) - cpu0
-        epochs.append({"seconds": seconds, "cpu_seconds": cpu, "samples": samples, "touched": touched})
+        main_cpu = _own_cpu_seconds() - main0
+        epochs.append(
+            {
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "main_cpu_seconds": main_cpu,
+                "samples": samples,
+                "touched": touched,
+            }
+        )
         if warm_up:
             label_counts = [int(c) for c in counts]
         elif [int(c) for c in counts] != label_counts:
@@ -597,10 +625,7 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     total = sum(own for _, _, own, _, _ in raw.values()) or 1.0
     rows = sorted(
-        (
-            (own, calls, f"{Path(file).name}:{line}({name})")
-            for (file, line, name), (_, calls, own, _, _) in raw.items()
-        ),
+        ((own, calls, _where(file, line, name)) for (file, line, name), (_, calls, own, _, _) in raw.items()),
         reverse=True,
     )[: int(spec.get("top", 8))]
     return {
@@ -610,6 +635,11 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
         "seconds": seconds,
         "top": [{"function": where, "calls": calls, "share": own / total} for own, calls, where in rows],
     }
+
+
+def _where(file: str, line: int, name: str) -> str:
+    """``module.py:line(function)``, or the name alone for a built-in (pstats files those under ``~``)."""
+    return name if file == "~" else f"{Path(file).name}:{line}({name})"
 
 
 def main(argv: list[str] | None = None) -> int:
