@@ -38,8 +38,9 @@ def test_shard_size_caps_at_128_mb_and_gives_each_worker_four_shards() -> None:
 
 
 def test_the_what_if_runs_on_pre_decoded_data_only() -> None:
-    assert loaders_for("decoded") == ("shard", "webdataset", "mds", "litdata", "naive", _peers.HELD)
-    assert loaders_for("jpeg") == ("shard", "webdataset", "mds", "litdata", "naive")
+    assert loaders_for("decoded") == ("shard", "webdataset", "mds", "litdata", "naive")
+    assert loaders_for("decoded", what_if=True) == ("shard", "webdataset", "mds", "litdata", "naive", _peers.HELD)
+    assert loaders_for("jpeg", what_if=True) == ("shard", "webdataset", "mds", "litdata", "naive")
 
 
 def test_round_order_puts_every_loader_in_every_position() -> None:
