@@ -112,7 +112,9 @@ def test_output_without_batch_dim_falls_back_to_one_request_per_forward() -> Non
         calls.append(int(data.shape[0]))
         return data.sum()
 
-    batcher = run_batcher(scalar_predict)
+    # Both are announced, so the batcher takes them together as soon as both are in; the long max delay only keeps
+    # a loaded machine from starting a pass with the first alone.
+    batcher = run_batcher(scalar_predict, delay_s=2.0)
     try:
         futures = submit_together(batcher, [torch.ones(1, 2), torch.full((1, 2), 2.0)])
         values = [float(f.result(timeout=5).prediction) for f in futures]
