@@ -18,6 +18,13 @@ amortises.
 Run: ``python -m benchmarks.inference_batching`` (``--help`` for options). Writes the ``inference-batching``
 section of docs/benchmarks.md and docs/img/inference_batching.png unless ``--no-write``. About 3 minutes on
 2 cores; ``--quick`` (N = 1 and 32, fewer requests, no thread ablation, docs/ untouched) under a minute.
+
+``--layouts`` is a different A/B, printed only: the same dynamic-batching settings in both servers, the model
+on a thread of the HTTP process (``GPU_SERVE_MODEL_PROCESSES=0``) against a model process (``auto``, the
+default); ``--model convnet`` serves the ResNet-18-style convnet of benchmarks/serve_peers.py (width 16,
+32x32, one ``.npy`` sample per request) instead of the MLP. Each N runs ``--rounds`` interleaved rounds; the
+table has the median throughput of each server and the median of the per-round ratios, with the 1-minute
+load average.
 """
 
 from __future__ import annotations
@@ -200,9 +207,9 @@ def forward_costs(batches: list[dict[str, Any]]) -> dict[int, float]:
     return {size: sorted(v)[len(v) // 2] for size, v in sorted(by_size.items()) if len(v) >= 5}
 
 
-def make_request(host: str, port: int, body: bytes) -> bytes:
+def make_request(host: str, port: int, body: bytes, content_type: str = "application/json") -> bytes:
     head = (
-        f"POST /invocations HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"POST /invocations HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: {content_type}\r\n"
         f"Accept: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -305,11 +312,13 @@ def render(
         f"Why: at batch 1 every request re-reads all {info['params_m'] * 4:.0f} MB of weights; a batch reads "
         f"them once for all its rows (a GEMM instead of many GEMVs). {forward_line(info['forward_ms'])} "
         "The HTTP and JSON work per request stays, which is what bounds the dynamic server here "
-        "(one event loop on one of the two cores). At N=1 there is nothing to batch: both servers do the same "
+        "(the HTTP process's event loop and the model process's JSON decoding share the core the forward pass "
+        "leaves). At N=1 there is nothing to batch: both servers do the same "
         "work (the model thread does not wait when no other request is being decoded, so batching adds no "
         "delay), and any difference in that row is noise. "
-        "At N=8 batches are smaller than N: the model thread starts as soon as no admitted request is "
-        "still being decoded, which trades some batch size for latency.",
+        "At N=8 the model thread waits (at most the batch delay) until as many rows are queued as the "
+        "server held at its busiest since the previous batch, so clients that send again as soon as they are "
+        "answered form batches of about N instead of two alternating smaller ones.",
         "",
         f"![dynamic batching vs per-request](img/{PLOT.name})",
     ]
@@ -332,6 +341,117 @@ def render(
             "(target there: >= 5x at N=32).",
         ]
     return "\n".join(lines), ok
+
+
+# -- --layouts: model on a thread of the HTTP process vs a model process -------------------------------------------
+LAYOUTS = {"in-process": "0", "model process": "auto"}
+
+
+def convnet_model(root: Path) -> tuple[Path, bytes]:
+    """The serve-peers convnet exported by ``gpu_train.export`` and one ``.npy`` sample (1, 3, 32, 32)."""
+    import io
+
+    import numpy as np
+
+    from gpu_train.export import export_example_model
+
+    tarball = export_example_model(root / "artifact", arch="resnet18", width=16, image_size=32, num_classes=10)
+    sample = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    buffer = io.BytesIO()
+    np.save(buffer, sample)
+    return tarball.parent / "model", buffer.getvalue()
+
+
+def measure_rounds(
+    servers: dict[str, ServerProcess], n: int, per_round: int, rounds: int, body: bytes, content_type: str
+) -> dict[str, list[RunResult]]:
+    """``rounds`` interleaved rounds of ``per_round`` requests from ``n`` clients; one RunResult per round."""
+    requests = {name: make_request("127.0.0.1", srv.port, body, content_type) for name, srv in servers.items()}
+    for name, srv in servers.items():  # warm-up: connections, allocator, first batches
+        asyncio.run(_load("127.0.0.1", srv.port, requests[name], n, min(200, per_round)))
+    out: dict[str, list[RunResult]] = {name: [] for name in servers}
+    names = list(servers)
+    for rnd in range(rounds):
+        for name in names[rnd % len(names) :] + names[: rnd % len(names)]:  # rotate who goes first
+            srv = servers[name]
+            run = asyncio.run(_load("127.0.0.1", srv.port, requests[name], n, per_round))
+            bad = {s: c for s, c in run.statuses.items() if s != 200}
+            if bad:
+                raise SystemExit(f"{name} N={n}: non-200 responses {bad}")
+            out[name].append(run)
+    return out
+
+
+def run_layouts(args: argparse.Namespace, concurrency: list[int]) -> int:
+    """Print the in-process vs model-process A/B table (see the module docstring)."""
+    import statistics
+
+    base, alt = LAYOUTS
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model == "convnet":
+            model_dir, body = convnet_model(Path(tmp))
+            content_type, label = "application/x-npy", "ResNet-18 w16 32x32 convnet, one .npy sample"
+        else:
+            model_dir = build_model_dir(Path(tmp), args.in_features, args.width, args.depth)
+            body = json.dumps([[0.5] * args.in_features]).encode()
+            content_type, label = "application/json", f"MLP {args.in_features} -> {args.depth} x {args.width}"
+        env = {
+            "GPU_SERVE_DEVICE": args.device,
+            "GPU_SERVE_METRICS_INTERVAL_S": "0",
+            "GPU_SERVE_MAX_BATCH_SIZE": str(args.max_batch_size),
+            "GPU_SERVE_MAX_BATCH_DELAY_MS": str(args.max_batch_delay_ms),
+        }
+        if args.threads:
+            env["GPU_SERVE_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(args.threads)
+        servers = {
+            name: ServerProcess(model_dir, env={**env, "GPU_SERVE_MODEL_PROCESSES": value})
+            for name, value in LAYOUTS.items()
+        }
+        rows = []
+        load_start = os.getloadavg()[0]
+        try:
+            for srv in servers.values():
+                srv.start()
+            for n in concurrency:
+                runs = measure_rounds(servers, n, args.requests, args.rounds, body, content_type)
+                load = os.getloadavg()[0]
+                ratios = [b.throughput / a.throughput for a, b in zip(runs[base], runs[alt], strict=True)]
+                row = (
+                    n,
+                    statistics.median(r.throughput for r in runs[base]),
+                    statistics.median(r.throughput for r in runs[alt]),
+                    statistics.median(ratios),
+                    min(ratios),
+                    max(ratios),
+                    statistics.median(r.pct(50) for r in runs[base]),
+                    statistics.median(r.pct(50) for r in runs[alt]),
+                    load,
+                )
+                rows.append(row)
+                print(
+                    f"N={n:<3} {base} {row[1]:7.1f} req/s  {alt} {row[2]:7.1f} req/s  ratio {row[3]:.2f} "
+                    f"({row[4]:.2f}-{row[5]:.2f})  load {load:.1f}",
+                    flush=True,
+                )
+        finally:
+            for srv in servers.values():
+                srv.stop()
+    lines = [
+        f"Layouts A/B: {label}; `GPU_SERVE_MAX_BATCH_SIZE={args.max_batch_size}`, "
+        f"`GPU_SERVE_MAX_BATCH_DELAY_MS={args.max_batch_delay_ms:g}`, `GPU_SERVE_NUM_THREADS={args.threads}`; "
+        f"{args.rounds} interleaved rounds of {args.requests} requests per server and N; "
+        f"{os.cpu_count()} CPUs, 1-minute load average {load_start:.1f} at start.",
+        "",
+        f"| N | {base} req/s (median) | {alt} req/s (median) | ratio (median of rounds) | ratio min-max "
+        f"| {base} p50 ms | {alt} p50 ms | load avg |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, ra, rb, ratio, lo, hi, pa, pb, load in rows:
+        lines.append(
+            f"| {n} | {ra:.0f} | {rb:.0f} | **{ratio:.2f}x** | {lo:.2f}-{hi:.2f} | {pa:.1f} | {pb:.1f} | {load:.1f} |"
+        )
+    print("\n".join(lines))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,7 +479,25 @@ def main(argv: list[str] | None = None) -> int:
         help=f"smoke run: N = 1 and 32, {QUICK_REQUESTS} requests in 1 round, no ablation; implies --no-write "
         "and exits 0 whether or not the targets are met",
     )
+    parser.add_argument(
+        "--layouts",
+        action="store_true",
+        help="A/B of GPU_SERVE_MODEL_PROCESSES=0 (model on a thread of the HTTP process) vs auto (a model "
+        "process), both with dynamic batching; prints a table, never writes docs/",
+    )
+    parser.add_argument(
+        "--model",
+        choices=("mlp", "convnet"),
+        default="mlp",
+        help="--layouts only: the MLP (JSON requests) or the serve-peers ResNet-18 w16 convnet (.npy requests)",
+    )
     args = parser.parse_args(argv)
+    if args.layouts:
+        if args.quick:
+            args.requests, args.rounds, args.concurrency = QUICK_REQUESTS, 2, "1,32"
+        return run_layouts(args, [int(n) for n in args.concurrency.split(",")])
+    if args.model != "mlp":
+        parser.error("--model convnet needs --layouts (the batching report is written for the MLP)")
     if args.quick:
         args.requests, args.rounds, args.concurrency = QUICK_REQUESTS, 1, "1,32"
         args.no_ablation, args.no_write = True, True

@@ -1,11 +1,14 @@
 """Dynamic micro-batching: one model thread turns concurrent requests into few, large forward passes.
 
-Request threads decode their own bodies (``input_fn``) and :meth:`DynamicBatcher.submit` the tensor. The
-model thread takes the oldest request and waits until ``max_batch_size`` rows are queued, or the oldest has
-waited ``max_batch_delay``, or no other admitted request is still being decoded (waiting could then only
-add latency). It then groups the queued tensors by (trailing shape, dtype, device), runs one
-``torch.cat`` -> ``predict_fn`` per group, moves the output to the CPU once, and splits it back into one
-slice per request by row counts. ``output_fn`` runs in each request's own thread.
+Other threads decode the bodies (``input_fn``) and :meth:`DynamicBatcher.submit` the tensors. The model
+thread takes the oldest request and waits until ``max_batch_size`` rows are queued, or the oldest has waited
+``max_batch_delay``, or no other admitted request is still being decoded and the queue holds as many rows as
+the batcher held at its busiest (queued and running) since the previous batch started. Waiting longer could
+only add latency: a lone client never waits, and N clients that each send their next request as soon as they
+are answered get batches of N, where without the last rule they would alternate between two smaller batches
+(two forward passes' fixed cost for the same rows). It then groups the queued tensors by (trailing shape,
+dtype, device), runs one ``torch.cat`` -> ``predict_fn`` per group, moves the output to the CPU once, and
+splits it back into one slice per request by row counts. ``output_fn`` runs on another thread.
 
 Failure isolation: when a batched ``predict_fn`` raises, or its output cannot be split by rows, each
 request of that group is re-run on its own, so only the request that really fails gets the error.
@@ -116,8 +119,12 @@ class DynamicBatcher:
         max_batch_delay_s: float,
         on_batch: BatchCallback | None = None,
         on_error: ErrorCallback | None = None,
+        fill_to_recent_peak: bool = True,
     ) -> None:
         self._handler = handler
+        self._fill_to_peak = fill_to_recent_peak
+        #: Called by the model thread after each batch has been answered (may be set once running).
+        self.after_batch: Callable[[], None] | None = None
         self._max_rows = max(1, max_batch_size)
         self._max_delay = max(0.0, max_batch_delay_s)
         self._on_batch = on_batch
@@ -125,7 +132,10 @@ class DynamicBatcher:
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()
         self._queued_rows = 0
+        self._running_rows = 0  # rows of the forward pass in progress
+        self._peak_rows = 0  # most rows in the batcher (queued + running) since the last batch started
         self._arriving = 0
+        self._wait_rows = 0  # while the model thread waits for a batch to fill: the rows that end the wait
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="gpu-serve-model", daemon=True)
         self._unsplittable_warned = False
@@ -143,7 +153,8 @@ class DynamicBatcher:
         """An expected request failed before submitting (bad input)."""
         with self._cond:
             self._arriving = max(0, self._arriving - 1)
-            self._cond.notify()
+            if self._arriving == 0:
+                self._cond.notify()
 
     def submit(self, data: Any, *, expected: bool = True) -> Future[BatchResult]:
         """Queue decoded input; the future resolves to a :class:`BatchResult` (or the predict_fn error)."""
@@ -161,8 +172,21 @@ class DynamicBatcher:
                 self._arriving = max(0, self._arriving - 1)
             self._queue.append(job)
             self._queued_rows += job.rows
-            self._cond.notify()
+            self._peak_rows = max(self._peak_rows, self._queued_rows + self._running_rows)
+            # Wake the model thread only when this request can end its wait (the first in an empty queue, or
+            # the one that fills the batch): each wake-up costs it a context switch and the GIL.
+            if (
+                len(self._queue) == 1
+                or self._queued_rows >= self._max_rows
+                or (self._arriving == 0 and self._queued_rows >= self._wait_rows)
+            ):
+                self._cond.notify()
         return job.future
+
+    @property
+    def on_model_thread(self) -> bool:
+        """Whether the caller is the model thread (future callbacks usually run there)."""
+        return threading.current_thread() is self._thread
 
     @property
     def queue_depth(self) -> int:
@@ -188,11 +212,18 @@ class DynamicBatcher:
             first = self._queue[0]
             if first.key is not None and self._max_rows > 1:
                 deadline = first.enqueued + self._max_delay
-                while self._queued_rows < self._max_rows and self._arriving > 0 and not self._stopping:
+                target = min(self._max_rows, self._peak_rows) if self._fill_to_peak else 0
+                self._wait_rows = target
+                while (
+                    self._queued_rows < self._max_rows
+                    and (self._arriving > 0 or self._queued_rows < target)
+                    and not self._stopping
+                ):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
+                self._wait_rows = 0
             batch = [self._queue.popleft()]
             rows = batch[0].rows
             if batch[0].key is not None:
@@ -203,6 +234,8 @@ class DynamicBatcher:
                     batch.append(self._queue.popleft())
                     rows += nxt.rows
             self._queued_rows -= rows
+            self._running_rows = rows
+            self._peak_rows = self._queued_rows + rows
             return batch
 
     def _run(self) -> None:
@@ -213,6 +246,7 @@ class DynamicBatcher:
                 return
             started = time.monotonic()
             live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            self._delivered(sum(job.rows for job in batch) - sum(job.rows for job in live))  # cancelled
             groups: dict[Any, list[_Job]] = {}
             for job in live:
                 if job.key is None:
@@ -221,16 +255,26 @@ class DynamicBatcher:
                     groups.setdefault(job.key, []).append(job)
             for jobs in groups.values():
                 self._run_group(jobs, started)
+            with self._cond:
+                self._running_rows = 0
+            hook = self.after_batch
+            if hook is not None:
+                try:
+                    hook()
+                except Exception as exc:  # a hook must never stop the model thread
+                    self._error("after_batch callback failed", exc)
 
     def _run_alone(self, job: _Job, started: float) -> None:
         t0 = time.perf_counter()
         try:
             out = job.call() if job.call is not None else to_cpu(self._handler.predict(job.data))
         except Exception as exc:
+            self._delivered(job.rows)
             job.future.set_exception(exc)
             return
         model_ms = (time.perf_counter() - t0) * 1000.0
         self._report(1, 1, model_ms)
+        self._delivered(job.rows)
         job.future.set_result(BatchResult(out, model_ms, 1, 1, (started - job.enqueued) * 1000.0))
 
     def _run_group(self, jobs: list[_Job], started: float) -> None:
@@ -242,6 +286,7 @@ class DynamicBatcher:
             out = to_cpu(self._handler.predict(data))
         except Exception as exc:
             if len(jobs) == 1:
+                self._delivered(jobs[0].rows)
                 jobs[0].future.set_exception(exc)
                 return
             self._error(f"predict_fn failed on a batch of {len(jobs)} requests; retrying them one by one", exc)
@@ -262,8 +307,15 @@ class DynamicBatcher:
                 self._run_group([job], started)
             return
         self._report(rows, len(jobs), model_ms)
+        self._delivered(rows)  # before the answers go out: the clients' next requests must not see them running
         for job, part in zip(jobs, parts, strict=True):
             job.future.set_result(BatchResult(part, model_ms, rows, len(jobs), (started - job.enqueued) * 1000.0))
+
+    def _delivered(self, rows: int) -> None:
+        """``rows`` of the running batch are answered (or cancelled): they no longer count as in the batcher."""
+        if rows:
+            with self._cond:
+                self._running_rows = max(0, self._running_rows - rows)
 
     def _report(self, rows: int, requests: int, model_ms: float) -> None:
         if self._on_batch is not None:

@@ -8,6 +8,7 @@ the server binds its port.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "1024",
         "Most open client connections; one more carries one request: /ping is answered, anything else gets 503.",
     ),
+    "GPU_SERVE_MODEL_PROCESSES": (
+        "auto",
+        "Model processes beside the HTTP process: auto (one per visible GPU, one on a CPU or single-GPU host), "
+        "a count, or 0 (the model runs on a thread of the HTTP process).",
+    ),
     "GPU_SERVE_ACCESS_LOG": ("true", "Write one JSON access-log line per request."),
     "GPU_SERVE_METRICS_INTERVAL_S": ("60", "Period of the JSON counters summary line; 0 turns it off."),
 }
@@ -107,6 +113,7 @@ class ServeConfig:
     input_shape: tuple[int, ...] | None = None
     decode_threads: int = 2
     max_connections: int = 1024
+    model_processes: int | None = None  # None: auto (one per visible GPU, at least one)
     access_log: bool = True
     metrics_interval_s: float = 60.0
 
@@ -122,6 +129,13 @@ class ServeConfig:
         _check_range("GPU_SERVE_DECODE_THREADS", self.decode_threads, 1, 256)
         _check_range("SAGEMAKER_BIND_TO_PORT", self.port, 0, 65535)
         _check_range("GPU_SERVE_METRICS_INTERVAL_S", self.metrics_interval_s, 0, 86_400)
+        if self.model_processes is not None and (
+            isinstance(self.model_processes, bool) or not 0 <= self.model_processes <= 64
+        ):
+            raise ConfigError(
+                f"GPU_SERVE_MODEL_PROCESSES={self.model_processes!r} is not allowed; "
+                "allowed: auto or an integer from 0 to 64"
+            )
         if self.num_threads is not None:
             _check_range("GPU_SERVE_NUM_THREADS", self.num_threads, 1, 1024)
         if self.dtype not in DTYPE_ALIASES.values():
@@ -182,6 +196,7 @@ class ServeConfig:
             "decode_threads": _parse_optional_int("GPU_SERVE_DECODE_THREADS", get("GPU_SERVE_DECODE_THREADS"))
             or min(4, os.cpu_count() or 1),
             "max_connections": _parse("GPU_SERVE_MAX_CONNECTIONS", get("GPU_SERVE_MAX_CONNECTIONS"), int, "an integer"),
+            "model_processes": parse_model_processes(get("GPU_SERVE_MODEL_PROCESSES")),
             "access_log": _parse_bool("GPU_SERVE_ACCESS_LOG", get("GPU_SERVE_ACCESS_LOG")),
             "metrics_interval_s": _parse(
                 "GPU_SERVE_METRICS_INTERVAL_S", get("GPU_SERVE_METRICS_INTERVAL_S"), float, "a number"
@@ -193,6 +208,23 @@ class ServeConfig:
         if unknown:
             raise ConfigError(f"unknown server option(s): {', '.join(sorted(unknown))}")
         return cls(**values)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, payload: bytes | str) -> ServeConfig:
+        """The config a serving process sent its model process (:func:`gpu_serve.ipc.config_payload`)."""
+        raw = json.loads(payload)
+        raw["model_dir"] = Path(raw["model_dir"])
+        if raw.get("input_shape") is not None:
+            raw["input_shape"] = tuple(raw["input_shape"])
+        return cls(**raw)
+
+
+def parse_model_processes(value: str) -> int | None:
+    """``GPU_SERVE_MODEL_PROCESSES``: ``auto`` -> ``None``, else a count (0: the model in the HTTP process)."""
+    text = value.strip().lower()
+    if text == "auto":
+        return None
+    return _parse("GPU_SERVE_MODEL_PROCESSES", text, int, "auto or an integer from 0 to 64")
 
 
 def parse_dtype(value: str) -> str:

@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 #: Default CloudWatch namespace for the metrics below.
 METRIC_NAMESPACE = "GpuServe"
@@ -136,20 +136,49 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class LogSink(Protocol):
+    """Anything with :meth:`JsonLogger.log`'s signature (a model process forwards records to its server)."""
+
+    def log(self, event: str, **fields: Any) -> None: ...
+
+
 class JsonLogger:
-    """Writes one JSON object per line to a stream, thread-safe, flushed per line."""
+    """Writes one JSON object per line to a stream, thread-safe, flushed per line.
+
+    :meth:`defer` queues a record (its timestamp taken at once) to be written by :meth:`flush_deferred`, so
+    that a busy event loop writes the access lines of many requests with one write after answering them all;
+    any later :meth:`log` writes the queued records first, so lines keep their order.
+    """
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
         self._lock = threading.Lock()
+        self._deferred: list[dict[str, Any]] = []
 
     def log(self, event: str, **fields: Any) -> None:
         record = {"ts": _now_iso(), "event": event, **fields}
-        line = json.dumps(record, default=str, separators=(",", ":"))
+        self._write([record])
+
+    def defer(self, event: str, **fields: Any) -> bool:
+        """Queue a record; True when it is the first queued since the last flush (the caller schedules one)."""
+        with self._lock:
+            self._deferred.append({"ts": _now_iso(), "event": event, **fields})
+            return len(self._deferred) == 1
+
+    def flush_deferred(self) -> None:
+        self._write([])
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
         stream = self._stream if self._stream is not None else sys.stdout
         with self._lock:
+            if self._deferred:
+                records = [*self._deferred, *records]
+                self._deferred = []
+            if not records:
+                return
+            text = "".join(json.dumps(r, default=str, separators=(",", ":")) + "\n" for r in records)
             try:
-                stream.write(line + "\n")
+                stream.write(text)
                 stream.flush()
             except (OSError, ValueError):  # closed pipe at shutdown: logging must never fail a request
                 pass

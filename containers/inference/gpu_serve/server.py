@@ -1,14 +1,16 @@
 """The SageMaker-compatible HTTP server: ``GET /ping``, ``POST /invocations``, ``GET /execution-parameters``.
 
-Threads:
+Processes (``GPU_SERVE_MODEL_PROCESSES``):
 
-- the **event loop** (main thread, asyncio) accepts connections, parses HTTP, answers ``/ping`` at once,
-  runs ``input_fn``/``output_fn`` for small bodies and predictions, and writes responses;
-- the **model thread** (:mod:`gpu_serve.batching`) runs every forward pass; torch releases the GIL while it
-  computes, so the loop keeps answering during a forward pass;
-- a small **decode pool** (``GPU_SERVE_DECODE_THREADS``) runs ``input_fn`` for bodies over 64 KiB (images)
-  and ``output_fn`` for large predictions, so that a heavy decode never stalls ``/ping``;
-- a **loader** thread runs ``model_fn`` at start while ``/ping`` answers 503.
+- the **HTTP process** (this module; PID 1 in the container) runs one asyncio event loop that accepts
+  connections, parses HTTP, admits requests (limits, content negotiation), answers ``/ping`` at once, writes
+  responses and every log line. By default it imports neither torch nor numpy;
+- **model processes** (:mod:`gpu_serve.model_process`, :mod:`gpu_serve.worker`; by default one per visible
+  GPU, one on a CPU or single-GPU host) load the model and run ``input_fn``, the batched ``predict_fn``
+  (:mod:`gpu_serve.batching`) and ``output_fn``. Each has its own GIL, so neither the event loop nor the
+  forward pass waits for the other's Python code; requests go to the model process with the fewest in it;
+- with ``GPU_SERVE_MODEL_PROCESSES=0`` there is one process: the model runs on a thread of this one
+  (:mod:`gpu_serve.inprocess`), sharing the loop's GIL.
 
 One loop instead of a thread per connection: on few cores, dozens of request threads spend more time
 handing the GIL to each other than working (measured: half the throughput at 32 concurrent clients).
@@ -27,7 +29,7 @@ read so that the client sees the response):
 - no answer within ``GPU_SERVE_REQUEST_TIMEOUT_S``: 504.
 
 SIGTERM (or SIGINT): ``/ping`` turns 503, new invocations get 503, in-flight ones finish (at most
-``GPU_SERVE_DRAIN_TIMEOUT_S``), then the server exits 0.
+``GPU_SERVE_DRAIN_TIMEOUT_S``), then the model processes are stopped and the server exits 0.
 
 A request counts as answered once its whole response is handed to the kernel (each connection's write
 buffer limit is 0, so ``drain()`` returns only then). A response cut off before that, by a client that
@@ -38,7 +40,6 @@ closed the connection or by the end of the drain, is logged and counted as such:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -46,31 +47,21 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Coroutine
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
-import torch
-
-from gpu_serve import codecs, httpio
-from gpu_serve.batching import BatchResult, DynamicBatcher
+from gpu_serve import httpio, negotiation
 from gpu_serve.config import ServeConfig
 from gpu_serve.errors import (
     BadRequestError,
     PayloadTooLargeError,
     ServeError,
     UnsupportedAcceptError,
-    status_of,
 )
-from gpu_serve.handler import Handler, load_handler, warmup
+from gpu_serve.ipc import HandlerInfo, Outcome
 from gpu_serve.metrics import Counters, JsonLogger
 
-#: input_fn of a body up to this size runs on the event loop (a JSON or npy request decodes in well under
-#: a millisecond); larger bodies, such as images, are decoded in the decode pool.
-INLINE_BODY_BYTES = 64 * 1024
-#: output_fn of a prediction up to this many elements runs on the event loop, larger ones in the pool.
-INLINE_OUTPUT_ELEMENTS = 64 * 1024
 #: A keep-alive connection idle this long is closed; a body that stalls this long is abandoned.
 IDLE_TIMEOUT_S = 120.0
 #: A connection over GPU_SERVE_MAX_CONNECTIONS must send its request head within this time.
@@ -79,7 +70,46 @@ OVER_LIMIT_HEAD_TIMEOUT_S = 5.0
 CLOSE_WAIT_S = 2.0
 #: Status logged for a response cut off because the client closed the connection (nginx's convention).
 CLIENT_CLOSED_STATUS = 499
-_KNOWN_CONTENT_TYPES = frozenset((*codecs.DEFAULT_CONTENT_TYPES, *codecs.UTF8_TYPES))
+
+BatchCallback = Callable[[int, int, float, int], None]
+"""``on_batch(rows, requests, model_latency_ms, still_queued)``: a model thread finished a forward pass."""
+
+
+class ModelBackend(Protocol):
+    """Where the model runs: model processes (:class:`~gpu_serve.model_process.ModelProcesses`) or a thread
+    of this process (:class:`~gpu_serve.inprocess.InProcessModel`)."""
+
+    kind: str
+
+    @property
+    def available(self) -> bool: ...
+
+    def start(self, on_ready: Callable[[HandlerInfo], None], on_failed: Callable[[], None]) -> None: ...
+
+    def describe(self) -> dict[str, object]: ...
+
+    def expect(self) -> None: ...
+
+    def abandon(self) -> None: ...
+
+    def invoke(
+        self, body: bytes, ctype: str, accept: str, request_id: str, deadline: float
+    ) -> Coroutine[Any, Any, Outcome]: ...
+
+    async def stop(self) -> None: ...
+
+
+def make_backend(
+    config: ServeConfig, log: JsonLogger, on_batch: Callable[[int, int, float, int], None]
+) -> ModelBackend:
+    """The backend ``GPU_SERVE_MODEL_PROCESSES`` asks for (torch is imported only for the in-process one)."""
+    if config.model_processes == 0:
+        from gpu_serve.inprocess import InProcessModel
+
+        return InProcessModel(config, log, on_batch)
+    from gpu_serve.model_process import ModelProcesses
+
+    return ModelProcesses(config, log, on_batch)
 
 
 async def _read_body(reader: asyncio.StreamReader, length: int | None, limit: int) -> bytes:
@@ -104,35 +134,24 @@ class _Exchange:
         self.fields: dict[str, Any] = {"bytes_in": 0, "bytes_out": 0}
 
 
-def _numel(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return int(value.numel())
-    if isinstance(value, dict):
-        return sum(_numel(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_numel(v) for v in value) if value and not isinstance(value[0], (int, float)) else len(value)
-    return 1
-
-
 class ServeApp:
-    """One server: config, handler, batcher, counters, admission, and the asyncio HTTP front end."""
+    """One server: config, model backend, counters, admission, and the asyncio HTTP front end."""
 
     def __init__(self, config: ServeConfig, logger: JsonLogger | None = None) -> None:
         self.config = config
         self.log = logger or JsonLogger()
         self.counters = Counters()
-        self.handler: Handler | None = None
-        self.batcher: DynamicBatcher | None = None
+        self.backend = make_backend(config, self.log, self._on_batch)
+        self.info: HandlerInfo | None = None  # what the loaded handler decodes and encodes
         self.state = "loading"  # loading -> ready | failed; then draining
         self.port: int | None = None
-        self.good_shapes: set[tuple[int, ...]] = set()
         self._inflight = 0
         self._connections: set[asyncio.StreamWriter] = set()  # counted against GPU_SERVE_MAX_CONNECTIONS
         self._over_limit: set[asyncio.StreamWriter] = set()  # one request each, then closed
         self._tasks: set[asyncio.Task[None]] = set()  # one per open connection
         self._closing = False  # the drain is over: connections are being closed
-        self._pool = ThreadPoolExecutor(max_workers=config.decode_threads, thread_name_prefix="gpu-serve-decode")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._stop: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
 
@@ -141,6 +160,7 @@ class ServeApp:
         """Serve until SIGTERM/SIGINT (or :meth:`request_stop`), drain, and return the exit code."""
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._stop = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -159,13 +179,12 @@ class ServeApp:
             port=self.port,
             pid=os.getpid(),
             model_dir=str(config.model_dir),
-            torch_version=torch.__version__,
-            cuda_available=torch.cuda.is_available(),
+            model_processes="auto" if config.model_processes is None else config.model_processes,
         )
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
-        threading.Thread(target=self._load, name="gpu-serve-load", daemon=True).start()
+        self.backend.start(self._loaded, self._load_failed)
         metrics_task = asyncio.create_task(self._metrics_loop()) if config.metrics_interval_s > 0 else None
 
         await self._stop.wait()
@@ -182,9 +201,7 @@ class ServeApp:
         await self._close_connections()
         if metrics_task is not None:
             metrics_task.cancel()
-        if self.batcher is not None:
-            await loop.run_in_executor(None, self.batcher.stop, 1.0)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        await self.backend.stop()
         self.log.log("stop", exit_code=code, drained=drained, **self.counters.snapshot())
         return code
 
@@ -209,84 +226,48 @@ class ServeApp:
             await asyncio.sleep(self.config.metrics_interval_s)
             self.log.log("metrics", **self.counters.snapshot(), inflight=self._inflight, state=self.state)
 
-    def _load(self) -> None:
-        """Loader thread: handler, model, warm-up, model thread; then hand the result to the loop."""
-        t0 = time.perf_counter()
-        try:
-            handler = load_handler(self.config)
-        except Exception as exc:
-            self.log.log(
-                "error",
-                message=f"model load failed: {exc}",
-                error_type=type(exc).__name__,
-                traceback=traceback.format_exc(),
-            )
-            self._from_thread(self._load_failed)
-            return
-        if (self.config.model_dir / "code" / "requirements.txt").is_file():
-            self.log.log(
-                "warning",
-                message="code/requirements.txt is not installed at start (endpoints may have no network "
-                "access); bake those packages into the image",
-            )
-        try:
-            warmup(handler)
-        except Exception as exc:
-            self.log.log("warning", message=f"warm-up forward pass failed (serving anyway): {exc}")
-        batcher = DynamicBatcher(
-            handler,
-            max_batch_size=self.config.max_batch_size,
-            max_batch_delay_s=self.config.max_batch_delay_ms / 1000.0,
-            on_batch=self._on_batch,
-            on_error=self._on_model_error,
-        )
-        batcher.start()
-        self._from_thread(lambda: self._loaded(handler, batcher, time.perf_counter() - t0))
-
-    def _from_thread(self, fn: Callable[[], None]) -> None:
-        if self._loop is not None:
-            # RuntimeError: the loop is closed (the server stopped during the load).
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(fn)
-
     def _load_failed(self) -> None:
         self.state = "failed"
         if self._stop is not None:
             self._stop.set()
 
-    def _loaded(self, handler: Handler, batcher: DynamicBatcher, seconds: float) -> None:
-        self.handler, self.batcher = handler, batcher
+    def _loaded(self, info: HandlerInfo) -> None:
+        self.info = info
         if self.state == "loading":
             self.state = "ready"
         self.log.log(
             "ready",
-            load_s=round(seconds, 3),
-            device=str(handler.device),
-            dtype=str(handler.dtype).replace("torch.", ""),
-            torch_threads=torch.get_num_threads(),
-            cuda_device=torch.cuda.get_device_name(handler.device) if handler.device.type == "cuda" else None,
-            handler_functions=list(handler.user_functions),
-            input_shape=list(handler.input_shape) if handler.input_shape else None,
-            content_types=list(handler.content_types) if handler.content_types else "any",
-            accept_types=list(handler.accept_types) if handler.accept_types else "any",
+            load_s=info.load_s,
+            device=info.device,
+            dtype=info.dtype,
+            torch_threads=info.torch_threads,
+            torch_version=info.torch_version,
+            cuda_device=info.cuda_device,
+            handler_functions=list(info.user_functions),
+            input_shape=list(info.input_shape) if info.input_shape else None,
+            content_types=list(info.content_types) if info.content_types else "any",
+            accept_types=list(info.accept_types) if info.accept_types else "any",
             max_batch_size=self.config.max_batch_size,
             max_batch_delay_ms=self.config.max_batch_delay_ms,
             queue_size=self.config.queue_size,
+            **self.backend.describe(),
         )
 
     def _on_batch(self, rows: int, requests: int, model_ms: float, queued: int) -> None:
+        """A forward pass finished: on the event loop (from a model process) or on the in-process model thread."""
         self.counters.record_batch(rows)
-        if self.config.access_log:
-            self.log.log(
-                "batch",
-                batch_size=rows,
-                requests=requests,
-                model_latency_ms=round(model_ms, 3),
-                queued=queued,
-            )
+        if not self.config.access_log:
+            return
+        fields = {"batch_size": rows, "requests": requests, "model_latency_ms": round(model_ms, 3), "queued": queued}
+        if self._loop is not None and threading.get_ident() == self._loop_thread:
+            self._log_later("batch", fields)
+        else:
+            self.log.log("batch", **fields)
 
-    def _on_model_error(self, message: str, exc: BaseException, trace: str) -> None:
-        self.log.log("error", message=message, error_type=type(exc).__name__, traceback=trace)
+    def _log_later(self, event: str, fields: dict[str, Any]) -> None:
+        """On the loop: a log line written with the others of this pass of the loop (one write for them all)."""
+        if self.log.defer(event, **fields) and self._loop is not None:
+            self._loop.call_soon(self.log.flush_deferred)
 
     # -- connections ---------------------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -309,7 +290,9 @@ class ServeApp:
                 except httpio.HttpError as exc:
                     self.log.log("warning", message=f"malformed request: {exc.message}", status=exc.status)
                     payload = {"status": exc.status, "error": HTTPStatus(exc.status).phrase, "message": exc.message}
-                    writer.write(httpio.response(exc.status, json.dumps(payload).encode(), codecs.JSON, close=True))
+                    writer.write(
+                        httpio.response(exc.status, json.dumps(payload).encode(), negotiation.JSON, close=True)
+                    )
                     await httpio.linger_close(reader, writer)
                     return
                 if req is None:
@@ -352,7 +335,7 @@ class ServeApp:
             err = self._too_many_connections()
             payload = {"status": 503, "error": "Service Unavailable", "message": err.message}
             headers = {"Retry-After": str(self.config.retry_after_s)}
-            writer.write(httpio.response(503, json.dumps(payload).encode(), codecs.JSON, headers, close=True))
+            writer.write(httpio.response(503, json.dumps(payload).encode(), negotiation.JSON, headers, close=True))
             await httpio.linger_close(reader, writer)
             return
         if req is not None:
@@ -434,14 +417,17 @@ class ServeApp:
         self.counters.record_response(path, status)
         if not self.config.access_log or (path == "/ping" and status == 200):
             return
-        self.log.log(
+        # Written once this pass of the event loop has answered everything that was ready.
+        self._log_later(
             "access",
-            method=req.method,
-            path=path,
-            status=status,
-            latency_ms=round((time.monotonic() - ex.start) * 1000.0, 3),
-            request_id=ex.request_id,
-            **ex.fields,
+            {
+                "method": req.method,
+                "path": path,
+                "status": status,
+                "latency_ms": round((time.monotonic() - ex.start) * 1000.0, 3),
+                "request_id": ex.request_id,
+                **ex.fields,
+            },
         )
 
     # -- writing -------------------------------------------------------------------------------------------
@@ -463,7 +449,10 @@ class ServeApp:
         all_headers = {"X-Request-Id": ex.request_id, **(headers or {})}
         writer.write(httpio.response(status, body, content_type, all_headers, close=ex.close))
         try:
-            await httpio.within(IDLE_TIMEOUT_S, writer.drain())
+            if writer.transport.get_write_buffer_size():  # the kernel did not take it all at once
+                await httpio.within(IDLE_TIMEOUT_S, writer.drain())
+            elif writer.transport.is_closing():
+                raise ConnectionResetError("the client closed the connection")
         except (ConnectionError, TimeoutError):  # a client that reads nothing for this long is gone too
             raise httpio.ClientGone() from None
         ex.complete = True
@@ -487,7 +476,7 @@ class ServeApp:
         if retry_after:
             extra["Retry-After"] = str(self.config.retry_after_s)
         body = json.dumps(payload, default=str).encode()
-        await self._send(req, writer, ex, status, body, codecs.JSON, extra, close=close)
+        await self._send(req, writer, ex, status, body, negotiation.JSON, extra, close=close)
 
     async def _refuse(
         self,
@@ -524,9 +513,12 @@ class ServeApp:
 
     # -- routes ----------------------------------------------------------------------------------------------
     async def _ping(self, req: httpio.Request, writer: asyncio.StreamWriter, ex: _Exchange) -> None:
-        status = 200 if self.state == "ready" else 503
-        body = json.dumps({"status": "healthy" if status == 200 else self.state}).encode()
-        await self._send(req, writer, ex, status, body, codecs.JSON)
+        state = self.state
+        if state == "ready" and not self.backend.available:
+            state = "restarting"  # the only model process died and is loading the model again
+        status = 200 if state == "ready" else 503
+        body = json.dumps({"status": "healthy" if status == 200 else state}).encode()
+        await self._send(req, writer, ex, status, body, negotiation.JSON)
 
     async def _execution_parameters(self, req: httpio.Request, writer: asyncio.StreamWriter, ex: _Exchange) -> None:
         # Asked once by SageMaker batch transform: one record per request, as many in parallel as a batch.
@@ -536,7 +528,7 @@ class ServeApp:
             "BatchStrategy": "SINGLE_RECORD",
             "MaxPayloadInMB": mib,
         }
-        await self._send(req, writer, ex, 200, json.dumps(payload).encode(), codecs.JSON)
+        await self._send(req, writer, ex, 200, json.dumps(payload).encode(), negotiation.JSON)
 
     @staticmethod
     def _length_or_none(req: httpio.Request) -> int | None:
@@ -580,7 +572,7 @@ class ServeApp:
         self, req: httpio.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ex: _Exchange
     ) -> None:
         config = self.config
-        ctype = codecs.media_type(req.header("content-type"))
+        ctype = negotiation.media_type(req.header("content-type"))
         ex.fields["content_type"] = ctype
         try:
             length = self._body_length(req)
@@ -593,43 +585,47 @@ class ServeApp:
             err = ServeError(f"server is {state}", status_code=503)
             await self._refuse(req, reader, writer, ex, err, length, retry_after=True)
             return
-        handler, batcher = self.handler, self.batcher
-        assert handler is not None and batcher is not None
-        if handler.content_types is not None and ctype not in handler.content_types:
-            err = codecs.unsupported_content_type(ctype, handler.content_types)
+        info = self.info
+        assert info is not None
+        if info.content_types is not None and ctype not in info.content_types:
+            err = negotiation.unsupported_content_type(ctype, info.content_types)
             await self._refuse(req, reader, writer, ex, err, length)
             return
-        accept = codecs.negotiate_accept(req.header("accept"), config.default_accept, handler.accept_types)
+        accept = negotiation.negotiate_accept(req.header("accept"), config.default_accept, info.accept_types)
         if accept is None:
-            await self._refuse(req, reader, writer, ex, self._not_acceptable(req, handler), length)
+            await self._refuse(req, reader, writer, ex, self._not_acceptable(req, info), length)
             return
         ex.fields["accept"] = accept
         if self._inflight >= config.queue_size:
             err = ServeError(f"request queue is full ({config.queue_size} in flight); retry later", status_code=503)
             await self._refuse(req, reader, writer, ex, err, length, retry_after=True)
             return
+        if not self.backend.available:
+            err = ServeError("no model process is ready (one is restarting); retry later", status_code=503)
+            await self._refuse(req, reader, writer, ex, err, length, retry_after=True)
+            return
         self._inflight += 1
         assert self._idle is not None
         self._idle.clear()
         try:
-            await self._invoke(req, reader, writer, ex, handler, batcher, ctype, accept, length)
+            await self._invoke(req, reader, writer, ex, ctype, accept, length)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
     @staticmethod
-    def _not_acceptable(req: httpio.Request, handler: Handler) -> UnsupportedAcceptError:
+    def _not_acceptable(req: httpio.Request, info: HandlerInfo) -> UnsupportedAcceptError:
         """406 for an Accept header that accepts nothing this handler produces (``q=0`` refuses a type)."""
         shown = req.header("accept")
-        refusals = any(r.q == 0 for r in codecs.parse_accept(shown))
+        refusals = any(r.q == 0 for r in negotiation.parse_accept(shown))
         why = " (q=0 marks a type as not acceptable)" if refusals else ""
-        if handler.accept_types is None:
+        if info.accept_types is None:
             return UnsupportedAcceptError(
                 f"Accept {shown!r} accepts no media type{why}; this handler declares no ACCEPT_TYPES, so any "
                 "type accepted with q>0 goes to its output_fn",
             )
-        supported = list(handler.accept_types)
+        supported = list(info.accept_types)
         return UnsupportedAcceptError(
             f"Accept {shown!r} accepts none of the supported types{why}; supported: {', '.join(supported)}",
             supported=supported,
@@ -641,16 +637,13 @@ class ServeApp:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         ex: _Exchange,
-        handler: Handler,
-        batcher: DynamicBatcher,
         ctype: str,
         accept: str,
         length: int | None,
     ) -> None:
-        config = self.config
-        batcher.expect()
-        future: Future[BatchResult] | None = None
-        request_shape: tuple[int, ...] | None = None
+        config, backend = self.config, self.backend
+        backend.expect()  # the model thread may wait for this request's body to be read and decoded
+        handed_over = False
         try:
             if req.expects_continue:
                 writer.write(httpio.CONTINUE)
@@ -664,166 +657,36 @@ class ServeApp:
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 raise httpio.ClientGone() from None
             ex.fields["bytes_in"] = len(body)
-            try:
-                payload: str | bytes = body.decode("utf-8") if ctype in codecs.UTF8_TYPES else body
-            except UnicodeDecodeError as exc:
-                await self._send_error(req, writer, ex, 400, f"{ctype} body is not valid UTF-8: {exc}")
-                return
-            if handler.transform_fn is not None:
-                transform_fn = handler.transform_fn
-                future = batcher.submit_call(lambda: transform_fn(handler.model, payload, ctype, accept))
-            else:
-                try:
-                    data = await self._run(handler.input_fn, payload, ctype, inline=len(body) <= INLINE_BODY_BYTES)
-                    request_shape = self._check_shape(handler, data)
-                except Exception as exc:
-                    await self._input_error(req, writer, ex, handler, ctype, exc)
-                    return
-                future = batcher.submit(data)
+            handed_over = True
+            deadline = ex.start + config.request_timeout_s
+            outcome = await backend.invoke(body, ctype, accept, ex.request_id, deadline)
         finally:
-            if future is None:
-                batcher.abandon()
-
-        remaining = config.request_timeout_s - (time.monotonic() - ex.start)
-        try:
-            result = await httpio.within(max(0.0, remaining), asyncio.wrap_future(future))
-        except TimeoutError:
-            future.cancel()
-            msg = f"no prediction within GPU_SERVE_REQUEST_TIMEOUT_S={config.request_timeout_s:g} s"
-            await self._send_error(req, writer, ex, 504, msg)
+            if not handed_over:
+                backend.abandon()
+        if outcome.model_process is not None:
+            ex.fields["model_process"] = outcome.model_process
+        if outcome.model_latency_ms is not None:
+            ex.fields.update(
+                model_latency_ms=outcome.model_latency_ms,
+                queue_ms=outcome.queue_ms,
+                batch_size=outcome.batch_size,
+                batch_requests=outcome.batch_requests,
+            )
+        if outcome.status != 200:
+            await self._send_error(req, writer, ex, outcome.status, outcome.message, details=outcome.details)
             return
-        except Exception as exc:
-            await self._predict_error(req, writer, ex, exc, request_shape)
-            return
-        if request_shape is not None:
-            self.good_shapes.add(request_shape)
-        ex.fields.update(
-            model_latency_ms=round(result.model_latency_ms, 3),
-            queue_ms=round(result.queue_ms, 3),
-            batch_size=result.batch_size,
-            batch_requests=result.batch_requests,
-        )
-        try:
-            if handler.transform_fn is not None:
-                out: Any = result.prediction
-            else:
-                inline = _numel(result.prediction) <= INLINE_OUTPUT_ELEMENTS
-                out = await self._run(handler.output_fn, result.prediction, accept, inline=inline)
-            body_out, out_type = self._as_body(out, accept)
-        except Exception as exc:
-            status = status_of(exc, 406 if self._unknown_accept(handler, accept) else 500)
-            self._log_handler_error(ex, "output_fn", exc, status)
-            await self._send_error(req, writer, ex, status, f"output_fn failed: {type(exc).__name__}: {exc}")
-            return
-        attrs = f"model_latency_ms={result.model_latency_ms:.3f},batch_size={result.batch_size}"
+        model_ms = float(outcome.model_latency_ms or 0.0)
+        attrs = f"model_latency_ms={model_ms:.3f},batch_size={outcome.batch_size}"
         incoming = req.header("x-amzn-sagemaker-custom-attributes")
         headers = {
-            "X-Model-Latency-Ms": f"{result.model_latency_ms:.3f}",
-            "X-Queue-Ms": f"{result.queue_ms:.3f}",
-            "X-Batch-Size": str(result.batch_size),
+            "X-Model-Latency-Ms": f"{model_ms:.3f}",
+            "X-Queue-Ms": f"{float(outcome.queue_ms or 0.0):.3f}",
+            "X-Batch-Size": str(outcome.batch_size),
             "X-Amzn-SageMaker-Custom-Attributes": (
                 f"{incoming},{attrs}" if incoming and len(incoming) + len(attrs) < 1023 else (incoming or attrs)
             ),
         }
-        await self._send(req, writer, ex, 200, body_out, out_type, headers)
-
-    async def _run(self, fn: Callable[..., Any], *args: Any, inline: bool) -> Any:
-        """Call handler code on the loop (small inputs) or in the decode pool (large ones)."""
-        if inline:
-            return fn(*args)
-        assert self._loop is not None
-        return await self._loop.run_in_executor(self._pool, fn, *args)
-
-    # -- error mapping -------------------------------------------------------------------------------------
-    @staticmethod
-    def _check_shape(handler: Handler, data: Any) -> tuple[int, ...] | None:
-        """With a known per-sample shape, a tensor of another shape is a 400 that names the expected one."""
-        if not isinstance(data, torch.Tensor) or data.dim() == 0:
-            return None
-        sample = tuple(data.shape[1:])
-        expected = handler.input_shape
-        if expected is not None and sample != expected:
-            exp = ", ".join(str(d) for d in expected)
-            raise BadRequestError(
-                f"input has shape {list(data.shape)}; expected (N, {exp})",
-                expected_shape=["N", *expected],
-                got_shape=list(data.shape),
-            )
-        return sample
-
-    @staticmethod
-    def _unknown_accept(handler: Handler, accept: str) -> bool:
-        return handler.accept_types is None and accept not in codecs.DEFAULT_ACCEPT_TYPES
-
-    @staticmethod
-    def _as_body(out: Any, accept: str) -> tuple[bytes, str]:
-        content_type = accept
-        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], str):
-            out, content_type = out
-        if isinstance(out, str):
-            return out.encode("utf-8"), content_type
-        if isinstance(out, (bytes, bytearray, memoryview)):
-            return bytes(out), content_type
-        raise TypeError(f"output_fn must return bytes or str (or (body, content_type)); got {type(out).__name__}")
-
-    async def _input_error(
-        self,
-        req: httpio.Request,
-        writer: asyncio.StreamWriter,
-        ex: _Exchange,
-        handler: Handler,
-        ctype: str,
-        exc: Exception,
-    ) -> None:
-        if isinstance(exc, ServeError):
-            await self._send_error(req, writer, ex, exc.status_code, exc.message, details=exc.details)
-            return
-        # A handler that declares no CONTENT_TYPES refused a type this server does not know either: 415.
-        default = 415 if handler.content_types is None and ctype not in _KNOWN_CONTENT_TYPES else 400
-        status = status_of(exc, default)
-        details: dict[str, Any] = {}
-        if handler.input_shape is not None:
-            details["expected_shape"] = ["N", *handler.input_shape]
-        if status >= 500:
-            self._log_handler_error(ex, "input_fn", exc, status)
-        message = f"input_fn rejected the request: {type(exc).__name__}: {exc}"
-        await self._send_error(req, writer, ex, status, message, details=details)
-
-    async def _predict_error(
-        self,
-        req: httpio.Request,
-        writer: asyncio.StreamWriter,
-        ex: _Exchange,
-        exc: BaseException,
-        shape: tuple[int, ...] | None,
-    ) -> None:
-        good = self.good_shapes
-        if shape is not None and good and shape not in good and status_of(exc, 500) == 500:
-            # The model has answered other shapes and fails on this one: the input is wrong, not the server.
-            shapes = sorted(good)
-            await self._send_error(
-                req,
-                writer,
-                ex,
-                400,
-                f"the model cannot take input of per-sample shape {list(shape)} "
-                f"({type(exc).__name__}: {exc}); it has served {[['N', *s] for s in shapes]}",
-                details={"expected_shape": ["N", *shapes[0]], "got_shape": ["N", *shape]},
-            )
-            return
-        status = status_of(exc, 500)
-        self._log_handler_error(ex, "predict_fn", exc, status)
-        await self._send_error(req, writer, ex, status, f"predict_fn failed: {type(exc).__name__}: {exc}")
-
-    def _log_handler_error(self, ex: _Exchange, where: str, exc: BaseException, status: int) -> None:
-        if status >= 500:
-            self.log.log(
-                "error",
-                message=f"{where} failed",
-                request_id=ex.request_id,
-                error_type=type(exc).__name__,
-                traceback="".join(traceback.format_exception(exc)),
-            )
+        await self._send(req, writer, ex, 200, outcome.body, outcome.content_type, headers)
 
 
 def serve(config: ServeConfig, *, logger: JsonLogger | None = None, install_signals: bool = True) -> int:

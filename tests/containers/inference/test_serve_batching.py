@@ -136,6 +136,32 @@ def test_no_wait_when_nobody_else_is_coming() -> None:
         batcher.stop(5)
 
 
+def test_clients_that_come_back_at_once_are_batched_together_not_in_alternating_halves() -> None:
+    rec = Recorder(delay=0.1)
+    batcher = run_batcher(rec, max_batch=16, delay_s=0.6)
+    try:
+        # Four clients that each send their next request when answered: two start, two join meanwhile.
+        first = submit_together(batcher, [torch.full((1, 2), float(i)) for i in range(2)])
+        time.sleep(0.03)
+        second = [batcher.submit(torch.full((1, 2), 10.0 + i), expected=False) for i in range(2)]
+        [f.result(timeout=5) for f in first]
+        time.sleep(0.1)  # the first two come back a little later
+        t0 = time.monotonic()
+        back = [batcher.submit(torch.full((1, 2), 20.0 + i), expected=False) for i in range(2)]
+        [f.result(timeout=5) for f in second + back]
+        together = time.monotonic() - t0
+        # The load drops to one client: its first request waits (at most the max delay) once, then never.
+        batcher.submit(torch.ones(1, 2), expected=False).result(timeout=5)
+        t1 = time.monotonic()
+        batcher.submit(torch.ones(1, 2), expected=False).result(timeout=5)
+        alone = time.monotonic() - t1
+    finally:
+        batcher.stop(5)
+    # 4 rows were in the batcher at once, so the 2 queued rows waited for the 2 coming back: one pass of 4.
+    assert [shape[0] for shape in rec.shapes] == [2, 4, 1, 1]
+    assert together < 0.4 and alone < 0.3  # neither waited for the 0.6 s max delay
+
+
 def test_a_request_cancelled_while_queued_is_skipped() -> None:
     rec = Recorder(delay=0.3)
     batcher = run_batcher(rec, max_batch=1)

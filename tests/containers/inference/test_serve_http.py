@@ -37,9 +37,14 @@ ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def server(mlp_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(mlp_dir, env=ENV).start(timeout=90)
+#: Both process layouts answer every test alike: a model process (the default) and the model on a thread of the
+#: HTTP process (GPU_SERVE_MODEL_PROCESSES=0).
+LAYOUTS = {"model-process": "auto", "in-process": "0"}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS.values()), ids=list(LAYOUTS))
+def server(mlp_dir: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    srv = ServerProcess(mlp_dir, env={**ENV, "GPU_SERVE_MODEL_PROCESSES": request.param}).start(timeout=90)
     yield srv
     assert srv.stop() == 0
 

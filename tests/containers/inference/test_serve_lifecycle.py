@@ -27,8 +27,15 @@ from gpu_serve.server import ServeApp, serve
 pytestmark = pytest.mark.slow
 
 
-def test_sigterm_drains_in_flight_requests_and_exits_within_30_s(mlp_dir: Path) -> None:
-    srv = ServerProcess(mlp_dir, env={"GPU_SERVE_MAX_BATCH_DELAY_MS": "50", "GPU_SERVE_NUM_THREADS": "1"})
+#: GPU_SERVE_MODEL_PROCESSES of the two process layouts: a model process (the default), or the model on a thread
+#: of the HTTP process.
+LAYOUTS = pytest.mark.parametrize("model_processes", ["auto", "0"], ids=["model-process", "in-process"])
+
+
+@LAYOUTS
+def test_sigterm_drains_in_flight_requests_and_exits_within_30_s(mlp_dir: Path, model_processes: str) -> None:
+    env = {"GPU_SERVE_MAX_BATCH_DELAY_MS": "50", "GPU_SERVE_NUM_THREADS": "1"}
+    srv = ServerProcess(mlp_dir, env={**env, "GPU_SERVE_MODEL_PROCESSES": model_processes})
     srv.start(timeout=90)
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -54,6 +61,9 @@ def test_sigterm_drains_in_flight_requests_and_exits_within_30_s(mlp_dir: Path) 
     stop = srv.wait_for("stop")
     assert stop["drained"] is True and stop["invocations_ok"] == 3
     assert srv.events("draining")[0]["inflight"] >= 2
+    if model_processes == "auto":  # the model process finished its work and exited with the server
+        pid = srv.events("ready")[0]["model_process_list"][0]["pid"]
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
 def _write_handler(root: Path, source: str) -> Path:
@@ -100,6 +110,7 @@ def test_ping_is_503_while_the_model_loads(tmp_path: Path) -> None:
         loading = request(app.port, "GET", "/ping")
         early = invoke(app.port, [[1.0]])
         gate.touch()
+        deadline = time.monotonic() + 60  # a model process imports torch first
         while app.state != "ready" and time.monotonic() < deadline:
             time.sleep(0.02)
         ready = request(app.port, "GET", "/ping")
@@ -119,7 +130,7 @@ def running_app(config: ServeConfig, stream: io.StringIO) -> Iterator[ServeApp]:
     app = ServeApp(config, JsonLogger(stream))
     thread = threading.Thread(target=lambda: asyncio.run(app.run(install_signals=False)), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a model process imports torch first
     while app.state != "ready" and time.monotonic() < deadline:
         time.sleep(0.02)
     assert app.port is not None and app.state == "ready", stream.getvalue()
@@ -148,11 +159,19 @@ def _wait_for_event(stream: io.StringIO, event: str, timeout: float = 10.0) -> d
     raise AssertionError(f"no {event!r} line within {timeout} s; log:\n{stream.getvalue()[-3000:]}")
 
 
+@pytest.mark.parametrize("model_processes", [None, 0], ids=["model-process", "in-process"])
 def test_ping_is_answered_over_the_connection_limit_and_other_requests_get_503(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_processes: int | None
 ) -> None:
     root = _write_handler(tmp_path, IDENTITY)
-    config = ServeConfig(model_dir=root, host="127.0.0.1", port=0, metrics_interval_s=0, max_connections=1)
+    config = ServeConfig(
+        model_dir=root,
+        host="127.0.0.1",
+        port=0,
+        metrics_interval_s=0,
+        max_connections=1,
+        model_processes=model_processes,
+    )
     monkeypatch.setattr(server_module, "OVER_LIMIT_HEAD_TIMEOUT_S", 0.3, raising=False)
     stream = io.StringIO()
     with running_app(config, stream) as app:
