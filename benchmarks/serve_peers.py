@@ -26,19 +26,33 @@ request when the previous answer arrives), one ``.npy`` sample per request, for 
 is measured in several rounds; round r rotates the order of the servers by r, so that drift in machine load
 hits all of them alike. Reported per server and N: median throughput over the rounds and its spread
 (min-max), p50 and p99 latency (client side, all rounds pooled), server CPU seconds per request (user + system
-time of the server's whole process tree, from /proc), the mean batch each server formed, and the process
-tree's peak RSS. Two probes follow: ``mixed`` (half JSON, half ``.npy`` requests in one stream) and
-``poison`` (one malformed ``.npy`` sent together with 7 valid requests at N=8: how many of the 7 still get 200).
+time of the server's whole process tree, from /proc), ``cores`` (that CPU time per second of the runs: how much
+of the machine the server's processes got), the run-queue wait per request (time its threads were runnable but
+had no CPU, from ``/proc/<pid>/task/<tid>/schedstat``), the mean batch each server formed, and the process
+tree's peak RSS. Each throughput ratio is also split into its two factors, requests per CPU-second times
+cores. Two probes follow: ``mixed`` (half JSON, half ``.npy`` requests in one stream, measured in rounds like
+the cells) and ``poison`` (one malformed ``.npy`` sent together with 7 valid requests at N=8: how many of the 7
+still get 200).
 
 TorchServe (with torch-model-archiver) and LitServe are installed on demand into the peer benchmarks' virtual
 environment, ``.bench/peers-venv`` (made by :mod:`benchmarks._peers`), under its constraints file, which pins
 torch and numpy to the project's versions, so that neither peer can upgrade them; the project's venv never
 gets these packages. TorchServe needs Java 17 on PATH.
 
-Run: ``python -m benchmarks.serve_peers [--quick] [--device cpu|cuda]`` (``--help`` for options). Writes the
-``serve-peers`` section of docs/benchmarks.md and docs/img/serve_peers.png unless ``--no-write``. About 3
-minutes on 2 cores (plus a few minutes the first time, to make the peers' venv); ``--quick`` (2 rounds of 150
-requests, short probes, docs/ untouched) under a minute.
+Variants, each written to its own section beside the default run's:
+
+- ``--busy K`` runs K busy-loop processes (one runnable pure-Python thread each) beside the servers while they
+  are timed: the machine shared with other work, made repeatable (section ``serve-peers-busy``). They end
+  with the benchmark, however it ends.
+- ``--workers W`` gives every server W model workers: gpu_serve ``GPU_SERVE_MODEL_PROCESSES=W``, TorchServe
+  ``minWorkers``/``maxWorkers``, LitServe ``workers_per_device`` (section ``serve-peers-2workers`` for W=2).
+- ``--servers gpu_serve,gpu_serve_1proc,...`` adds gpu_serve with the model on a thread of its HTTP process
+  (``GPU_SERVE_MODEL_PROCESSES=0``), to measure what the process layout changes.
+
+Run: ``python -m benchmarks.serve_peers [--quick] [--device cpu|cuda] [--busy K] [--workers W]`` (``--help``
+for options). Writes its section of docs/benchmarks.md and its plot in docs/img/ unless ``--no-write``. About
+7 minutes on 2 cores, 10 with ``--busy 2`` (plus a few minutes the first time, to make the peers' venv);
+``--quick`` (2 rounds of 150 requests, short probes, docs/ untouched) about a minute.
 """
 
 from __future__ import annotations
@@ -71,7 +85,30 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTION = "serve-peers"
 PLOT = ROOT / "docs" / "img" / "serve_peers.png"
 
+
+def _variant(busy: int, workers: int) -> list[str]:
+    return (["busy"] if busy else []) + ([f"{workers}workers"] if workers > 1 else [])
+
+
+def section_name(busy: int, workers: int = 1) -> str:
+    """The docs/benchmarks.md section a run writes: runs with busy neighbours or several workers each keep
+    their own, beside the default run's."""
+    return "-".join([SECTION, *_variant(busy, workers)])
+
+
+def plot_path(busy: int, workers: int = 1) -> Path:
+    return PLOT.with_name("_".join([PLOT.stem, *_variant(busy, workers)]) + PLOT.suffix)
+
+
 SERVERS = ("gpu_serve", "torchserve", "litserve")
+#: Servers run only when named in ``--servers``: gpu_serve with the model on a thread of its HTTP process
+#: (``GPU_SERVE_MODEL_PROCESSES=0``), the layout before model processes, to measure what the layout changes.
+OPTIONAL_SERVERS = ("gpu_serve_1proc",)
+#: What each ``--busy`` neighbour runs: a pure-Python loop, one runnable thread, like another tenant's work. It
+#: ends by itself once its parent (this benchmark) is gone, however that ended.
+BUSY_LOOP = (
+    "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(1_000_000):\n        pass\n"
+)
 MAX_BATCH_SIZE = 16
 MAX_BATCH_DELAY_MS = 5.0
 #: The peers, pinned so that a later run measures the same code.
@@ -303,7 +340,7 @@ if __name__ == "__main__":
     api = BatchedArtifactAPI(
         CONFIG, max_batch_size=CONFIG["max_batch_size"], batch_timeout=CONFIG["batch_timeout"]
     )
-    server = ls.LitServer(api, accelerator=CONFIG["accelerator"], workers_per_device=1, timeout=60)
+    server = ls.LitServer(api, accelerator=CONFIG["accelerator"], workers_per_device=CONFIG["workers"], timeout=60)
     server.run(host="127.0.0.1", port=CONFIG["port"], generate_client_file=False)
 '''
 
@@ -417,6 +454,28 @@ def tree_cpu_seconds(root: int) -> float:
     stats = _stats()
     pids = descendants(root, {pid: ppid for pid, (ppid, _) in stats.items()})
     return sum(stats[pid][1] for pid in pids if pid in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def parse_schedstat(text: str) -> int:
+    """Nanoseconds a thread has waited on a run queue (runnable, not running), from its ``schedstat`` line:
+    time on the CPU, time waiting, timeslices (https://docs.kernel.org/scheduler/sched-stats.html)."""
+    return int(text.split()[1])
+
+
+def tree_wait_seconds(root: int) -> float:
+    """Seconds the threads of ``root`` and its descendants have spent runnable but waiting for a CPU."""
+    stats = _stats()
+    total = 0
+    for pid in descendants(root, {pid: ppid for pid, (ppid, _) in stats.items()}):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            text = _read(f"/proc/{pid}/task/{tid}/schedstat")
+            if text:
+                total += parse_schedstat(text)
+    return total / 1e9
 
 
 def tree_memory(root: int) -> tuple[int, float]:
@@ -570,7 +629,9 @@ def peer_config_env(device: str) -> dict[str, str]:
     return env
 
 
-def gpu_serve_server(work: Path, tarball: Path, device: str) -> Server:
+def gpu_serve_server(work: Path, tarball: Path, device: str, name: str = "gpu_serve", workers: int = 1) -> Server:
+    """``gpuctl serve`` of the artifact with ``workers`` model processes; ``gpu_serve_1proc`` runs the model in the
+    HTTP process."""
     env = peer_config_env(device)
     env.update(
         {
@@ -578,17 +639,39 @@ def gpu_serve_server(work: Path, tarball: Path, device: str) -> Server:
             "GPU_SERVE_MAX_BATCH_DELAY_MS": f"{MAX_BATCH_DELAY_MS:g}",
             "GPU_SERVE_NUM_THREADS": "1",
             "GPU_SERVE_DEVICE": device,
+            "GPU_SERVE_MODEL_PROCESSES": "0" if name == "gpu_serve_1proc" else str(workers),
         }
     )
     port = free_port()
-    cwd = work / "gpu_serve"
+    cwd = work / name
     cwd.mkdir()
     command = [sys.executable, "-m", "gpuctl", "serve", str(tarball), "--host", "127.0.0.1", "--port", str(port)]
-    return Server("gpu_serve", command, env, cwd, port, "/invocations", BatchLog(cwd / "gpu_serve.log", "gpu_serve"))
+    return Server(name, command, env, cwd, port, "/invocations", BatchLog(cwd / f"{name}.log", "gpu_serve"))
 
 
-def torchserve_server(work: Path, tarball: Path, device: str, python: Path) -> Server:
-    """Build the .mar (handler + the model.tar.gz itself) and the config.properties of a one-worker TorchServe."""
+class BusyNeighbours:
+    """``count`` processes that each keep one thread runnable (:data:`BUSY_LOOP`), while the context is open."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> BusyNeighbours:
+        for _ in range(self.count):
+            self._procs.append(subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._procs:
+            proc.kill()
+        for proc in self._procs:
+            proc.wait()
+        self._procs.clear()
+
+
+def torchserve_server(work: Path, tarball: Path, device: str, python: Path, workers: int = 1) -> Server:
+    """Build the .mar (handler + the model.tar.gz itself) and the config.properties of a TorchServe with
+    ``workers`` workers."""
     cwd = work / "torchserve"
     store = cwd / "model-store"
     store.mkdir(parents=True)
@@ -608,8 +691,8 @@ def torchserve_server(work: Path, tarball: Path, device: str, python: Path) -> S
             "1.0": {
                 "defaultVersion": True,
                 "marName": "resnet.mar",
-                "minWorkers": 1,
-                "maxWorkers": 1,
+                "minWorkers": workers,
+                "maxWorkers": workers,
                 "batchSize": MAX_BATCH_SIZE,
                 "maxBatchDelay": int(MAX_BATCH_DELAY_MS),
                 "responseTimeout": 120,
@@ -640,7 +723,7 @@ def torchserve_server(work: Path, tarball: Path, device: str, python: Path) -> S
     )  # fmt: skip
 
 
-def litserve_server(work: Path, tarball: Path, device: str, python: Path) -> Server:
+def litserve_server(work: Path, tarball: Path, device: str, python: Path, workers: int = 1) -> Server:
     cwd = work / "litserve"
     cwd.mkdir()
     port = free_port()
@@ -654,6 +737,7 @@ def litserve_server(work: Path, tarball: Path, device: str, python: Path) -> Ser
         "accelerator": device,
         "max_batch_size": MAX_BATCH_SIZE,
         "batch_timeout": MAX_BATCH_DELAY_MS / 1000.0,
+        "workers": workers,
     }
     (cwd / "app.py").write_text(LITSERVE_APP)
     (cwd / "config.json").write_text(json.dumps(config))
@@ -803,14 +887,18 @@ class Cell:
     latencies_ms: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     cpu_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    wall_seconds: float = 0.0
     requests: int = 0
     batches: list[int] = field(default_factory=list)
 
-    def add(self, run: LoadResult, cpu_seconds: float, batches: Sequence[int]) -> None:
+    def add(self, run: LoadResult, cpu_seconds: float, batches: Sequence[int], wait_seconds: float = 0.0) -> None:
         self.throughputs.append(run.throughput)
         self.latencies_ms += run.latencies_ms
         self.statuses.update(run.statuses)
         self.cpu_seconds += cpu_seconds
+        self.wall_seconds += run.seconds
+        self.wait_seconds += wait_seconds
         self.requests += run.requests
         self.batches += batches
 
@@ -830,6 +918,16 @@ class Cell:
         return 1000.0 * self.cpu_seconds / self.requests if self.requests else float("nan")
 
     @property
+    def wait_ms_per_request(self) -> float:
+        """Time the server's threads spent runnable but waiting for a CPU, per request."""
+        return 1000.0 * self.wait_seconds / self.requests if self.requests else float("nan")
+
+    @property
+    def cores(self) -> float:
+        """CPU-seconds the server's process tree got per second of the runs: its share of the machine."""
+        return self.cpu_seconds / self.wall_seconds if self.wall_seconds else float("nan")
+
+    @property
     def mean_batch(self) -> float:
         return sum(self.batches) / len(self.batches) if self.batches else float("nan")
 
@@ -838,13 +936,15 @@ class Cell:
         return {s: c for s, c in sorted(self.statuses.items()) if s != 200}
 
 
-def run_cell(server: Server, requests: Sequence[bytes], n: int, total: int) -> tuple[LoadResult, float, list[int]]:
-    """One closed-loop run with the server's CPU time and batches over it."""
+def run_cell(
+    server: Server, requests: Sequence[bytes], n: int, total: int
+) -> tuple[LoadResult, float, list[int], float]:
+    """One closed-loop run with the server's CPU time, batches and run-queue wait over it."""
     server.batches.new_batches()
-    cpu0 = tree_cpu_seconds(server.pid)
+    cpu0, wait0 = tree_cpu_seconds(server.pid), tree_wait_seconds(server.pid)
     run = asyncio.run(closed_loop(server.port, requests, n, total))
-    cpu = tree_cpu_seconds(server.pid) - cpu0
-    return run, cpu, server.batches.new_batches()
+    cpu, wait = tree_cpu_seconds(server.pid) - cpu0, tree_wait_seconds(server.pid) - wait0
+    return run, cpu, server.batches.new_batches(), wait
 
 
 def measure(
@@ -860,8 +960,9 @@ def measure(
         lo, hi = cell.spread
         print(
             f"{cell.server:>10} N={n:<3} {cell.throughput:7.1f} req/s [{lo:.0f}-{hi:.0f}]  p50 {cell.pct(50):7.2f} ms  "
-            f"p99 {cell.pct(99):7.2f} ms  cpu {cell.cpu_ms_per_request:5.2f} ms/req  batch {cell.mean_batch:5.1f}"
-            + (f"  non-200: {cell.errors}" if cell.errors else ""),
+            f"p99 {cell.pct(99):7.2f} ms  cpu {cell.cpu_ms_per_request:5.2f} ms/req ({cell.cores:.2f} cores, "
+            f"waited {cell.wait_ms_per_request:5.2f} ms/req)  "
+            f"batch {cell.mean_batch:5.1f}" + (f"  non-200: {cell.errors}" if cell.errors else ""),
             flush=True,
         )
     return cells
@@ -907,7 +1008,12 @@ def poison_probe(server: Server, npy: bytes, trials: int) -> PoisonResult:
 
 
 # -- report -------------------------------------------------------------------------------------------------------
-LABELS = {"gpu_serve": "gpu_serve", "torchserve": "TorchServe", "litserve": "LitServe"}
+LABELS = {
+    "gpu_serve": "gpu_serve",
+    "torchserve": "TorchServe",
+    "litserve": "LitServe",
+    "gpu_serve_1proc": "gpu_serve (one process)",
+}
 
 
 def ratio_rows(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
@@ -921,6 +1027,23 @@ def ratio_rows(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
             tput = ours.throughput / theirs.throughput if theirs.throughput else float("nan")
             p99 = ours.pct(99) / theirs.pct(99) if theirs.pct(99) else float("nan")
             parts += [f"**{tput:.2f}x**", f"{p99:.2f}"]
+        rows.append("| " + " | ".join(parts) + " |")
+    return rows
+
+
+def share_rows(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
+    """Markdown rows splitting each throughput ratio into its two factors: requests per CPU-second (what each
+    request costs) and cores (how much of the machine the server's processes got)."""
+    peers = [p for p in cells if p != "gpu_serve"]
+    rows = []
+    for i, ours in enumerate(cells["gpu_serve"]):
+        parts = [str(ours.concurrency)]
+        for peer in peers:
+            theirs = cells[peer][i]
+            parts += [
+                f"{theirs.cpu_ms_per_request / ours.cpu_ms_per_request:.2f}x",
+                f"{ours.cores / theirs.cores:.2f}x" if theirs.cores else "nan",
+            ]
         rows.append("| " + " | ".join(parts) + " |")
     return rows
 
@@ -941,7 +1064,7 @@ def behind(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
 
 
 def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    return f"{count} {noun}{'' if count == 1 else 'es' if noun.endswith('s') else 's'}"
 
 
 def _errors_text(errors: Mapping[int, int]) -> str:
@@ -960,8 +1083,15 @@ def render(
     peers = [p for p in names if p != "gpu_serve"]
     command = " ".join(["python -m benchmarks.serve_peers", *args.argv])
     reduced = args.quick or args.rounds < DEFAULT_ROUNDS or args.requests < DEFAULT_REQUESTS
+    workers = _plural(args.workers, "model worker")
+    busy = (
+        f"**{_plural(args.busy, 'busy-loop process')} ran beside the servers while they were timed** (each keeps "
+        "one pure-Python thread runnable, as other work on a shared machine does). "
+        if args.busy
+        else ""
+    )
     lines = [
-        "## Inference: gpu_serve vs TorchServe and LitServe",
+        "## Inference: gpu_serve vs TorchServe and LitServe" + (" on a busy machine" if args.busy else ""),
         "",
         f"Command: `{command}` (measured {info['date']} on {info['machine']}, {info['device']}, torch {info['torch']}; "
         f"1-minute load average {info['load']} at start and end; TorchServe {info['versions']['torchserve']} on "
@@ -972,6 +1102,7 @@ def render(
             if reduced
             else ""
         )
+        + busy
         + "The client runs on the same cores as the servers, so absolute numbers include its share of the CPU.",
         "",
         f"Model: ResNet-18-style convnet, width {WIDTH}, {IMAGE_SIZE}x{IMAGE_SIZE} input, "
@@ -980,15 +1111,19 @@ def render(
         f"({info['npy_bytes']} bytes; LitServe gets it as a multipart file upload, {info['multipart_bytes']} bytes); "
         "response: JSON logits. Batching: at most "
         f"{MAX_BATCH_SIZE} requests, {MAX_BATCH_DELAY_MS:g} ms delay on every server (gpu_serve: "
-        "`GPU_SERVE_MAX_BATCH_SIZE`/`GPU_SERVE_MAX_BATCH_DELAY_MS`; TorchServe: `batchSize`/`maxBatchDelay`, one "
-        "worker; LitServe: `max_batch_size`/`batch_timeout`, one worker). One torch thread in every server "
+        f"`GPU_SERVE_MAX_BATCH_SIZE`/`GPU_SERVE_MAX_BATCH_DELAY_MS`, {workers}; TorchServe: "
+        f"`batchSize`/`maxBatchDelay`, {workers}; LitServe: `max_batch_size`/`batch_timeout`, {workers}). "
+        "One torch thread in every server "
         f"process (reported by each at start: {info['threads']}). Each cell: {_plural(args.rounds, 'round')} of "
         f"{args.requests} requests after {args.warmup} warm-up requests; round r rotates the server order by r. "
         "Throughput is the median over rounds with its min-max; latency is client-side over all rounds; "
-        "CPU is user + system time of the server's process tree per request.",
+        "CPU is user + system time of the server's process tree per request; cores is that CPU time per second "
+        "of the runs (the server's share of the machine); run-queue wait is the time the tree's threads were "
+        "runnable but waiting for a CPU (`/proc/<pid>/task/<tid>/schedstat`), per request.",
         "",
-        "| N | server | req/s (median) | min-max | p50 ms | p99 ms | CPU ms/req | mean batch | non-200 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| N | server | req/s (median) | min-max | p50 ms | p99 ms | CPU ms/req | cores | run-queue wait ms/req "
+        "| mean batch | non-200 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i in range(len(cells["gpu_serve"])):
         for name in names:
@@ -996,7 +1131,8 @@ def render(
             lo, hi = c.spread
             lines.append(
                 f"| {c.concurrency} | {LABELS[name]} | {c.throughput:.0f} | {lo:.0f}-{hi:.0f} | {c.pct(50):.1f} "
-                f"| {c.pct(99):.1f} | {c.cpu_ms_per_request:.2f} | {c.mean_batch:.1f} | {_errors_text(c.errors)} |"
+                f"| {c.pct(99):.1f} | {c.cpu_ms_per_request:.2f} | {c.cores:.2f} | {c.wait_ms_per_request:.2f} "
+                f"| {c.mean_batch:.1f} | {_errors_text(c.errors)} |"
             )
     if peers:
         head = " | ".join(f"vs {LABELS[p]}: throughput | vs {LABELS[p]}: p99" for p in peers)
@@ -1009,6 +1145,14 @@ def render(
             *ratio_rows(cells),
             "",
             "gpu_serve is behind in: " + ("; ".join(behind(cells)) or "no cell") + ".",
+            "",
+            "Where each throughput ratio comes from: requests per CPU-second (gpu_serve / peer: what a request "
+            "costs) times cores (gpu_serve / peer: how much of the machine the server's processes got while "
+            "being timed):",
+            "",
+            "| N | " + " | ".join(f"vs {LABELS[p]}: per CPU-second | vs {LABELS[p]}: cores" for p in peers) + " |",
+            "|---|" + "---|" * (2 * len(peers)),
+            *share_rows(cells),
         ]
     lines += [
         "",
@@ -1024,13 +1168,17 @@ def render(
         lines += [
             "",
             f'Mixed content (N={n_mixed}, every other request `application/json` `{{"instances": ...}}` '
-            f"({info['json_bytes']} bytes), the rest `.npy`, one stream, {args.mixed_requests} requests):",
+            f"({info['json_bytes']} bytes), the rest `.npy`, one stream per connection; "
+            f"{_plural(args.rounds, 'round')} of {args.mixed_requests} requests, rotated as above):",
             "",
-            "| server | req/s | p50 ms | p99 ms | CPU ms/req | mean batch | non-200 |",
-            "|---|---|---|---|---|---|---|",
+            "| server | req/s (median) | min-max | p50 ms | p99 ms | CPU ms/req | cores | run-queue wait ms/req "
+            "| mean batch | non-200 |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             *(
-                f"| {LABELS[n]} | {c.throughput:.0f} | {c.pct(50):.1f} | {c.pct(99):.1f} | "
-                f"{c.cpu_ms_per_request:.2f} | {c.mean_batch:.1f} | {_errors_text(c.errors)} |"
+                f"| {LABELS[n]} | {c.throughput:.0f} | {c.spread[0]:.0f}-{c.spread[1]:.0f} | {c.pct(50):.1f} "
+                f"| {c.pct(99):.1f} | {c.cpu_ms_per_request:.2f} | {c.cores:.2f} | {c.wait_ms_per_request:.2f} "
+                f"| {c.mean_batch:.1f} "
+                f"| {_errors_text(c.errors)} |"
                 for n, c in mixed.items()
             ),
         ]
@@ -1053,7 +1201,7 @@ def render(
             "(400). The obvious TorchServe handler and LitAPI decode inside the batch call, where one exception "
             "fails every request of that batch (TorchServe answers them all 503 `Prediction failed`, LitServe 500).",
         ]
-    lines += ["", f"![gpu_serve vs TorchServe and LitServe](img/{PLOT.name})"]
+    lines += ["", f"![gpu_serve vs TorchServe and LitServe](img/{plot_path(args.busy, args.workers).name})"]
     return "\n".join(lines)
 
 
@@ -1130,30 +1278,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help=f"rounds per N (default {DEFAULT_ROUNDS}; quick 2)")
     parser.add_argument("--warmup", type=int, help="warm-up requests per (server, N) (default 200; quick 50)")
     parser.add_argument("--concurrency", default="1,8,32,64", help="comma-separated N values")
-    parser.add_argument("--mixed-requests", type=int, help="requests of the mixed-content probe (default 1000)")
+    parser.add_argument(
+        "--mixed-requests", type=int, help="requests per round of the mixed-content probe (default 500; quick 150)"
+    )
     parser.add_argument("--poison-trials", type=int, help="rounds of the poison probe (default 20; quick 5)")
-    parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated subset (gpu_serve required)")
+    parser.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help=f"comma-separated subset of {', '.join(SERVERS + OPTIONAL_SERVERS)} (gpu_serve required)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="W",
+        help="model workers of every server: gpu_serve GPU_SERVE_MODEL_PROCESSES, TorchServe min/maxWorkers, "
+        "LitServe workers_per_device (default 1); W > 1 writes its own section",
+    )
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run K busy-loop processes beside the servers while timing (other work on a shared machine); "
+        "writes the serve-peers-busy section instead",
+    )
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    # SIGTERM (a kill, a CI timeout) unwinds like Ctrl-C, so that the servers and busy neighbours are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quick = args.quick
     args.no_write = args.no_write or quick
     args.requests = args.requests or (150 if quick else DEFAULT_REQUESTS)
     args.rounds = args.rounds or (2 if quick else DEFAULT_ROUNDS)
     args.warmup = args.warmup if args.warmup is not None else (50 if quick else 200)
-    args.mixed_requests = args.mixed_requests or (300 if quick else 1000)
+    args.mixed_requests = args.mixed_requests or (150 if quick else DEFAULT_REQUESTS)
     args.poison_trials = args.poison_trials or (5 if quick else 20)
     concurrency = [int(n) for n in args.concurrency.split(",")]
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SERVERS]
+    unknown = [n for n in names if n not in SERVERS + OPTIONAL_SERVERS]
     if unknown or "gpu_serve" not in names:
-        parser.error(f"--servers {args.servers!r}: allowed names are {', '.join(SERVERS)}, gpu_serve included")
+        parser.error(
+            f"--servers {args.servers!r}: allowed names are {', '.join(SERVERS + OPTIONAL_SERVERS)}, gpu_serve included"
+        )
+    if not 1 <= args.workers <= 8:
+        parser.error(f"--workers {args.workers}: allowed 1 to 8")
+    if args.busy < 0:
+        parser.error(f"--busy {args.busy}: the number of busy-loop processes must be 0 or more")
     if min(concurrency) < 1:
         parser.error(f"--concurrency {args.concurrency!r}: every N must be at least 1")
 
     print(
         f"serve_peers: {', '.join(names)}; N = {args.concurrency}, {args.rounds} x {args.requests} requests per "
-        f"server and N{'' if args.no_write else '; rewrites the serve-peers section of docs/benchmarks.md'}",
+        f"server and N"
+        + (
+            ""
+            if args.no_write
+            else f"; rewrites the {section_name(args.busy, args.workers)} section of docs/benchmarks.md"
+        ),
         flush=True,
     )
     import numpy as np
@@ -1162,8 +1345,9 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_train.export import export_example_model
 
     java = _java_version() if "torchserve" in names else "no Java"
-    python = ensure_serving_peers() if len(names) > 1 else Path(sys.executable)
-    if args.device == "cuda" and len(names) > 1:
+    peers_named = [n for n in names if n in SERVERS and n != "gpu_serve"]
+    python = ensure_serving_peers() if peers_named else Path(sys.executable)
+    if args.device == "cuda" and peers_named:
         probe = [str(python), "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"]
         found = subprocess.run(probe, capture_output=True, text=True).stdout.split()
         if found[-1:] != ["True"]:
@@ -1188,9 +1372,10 @@ def main(argv: list[str] | None = None) -> int:
         reference = artifact.predict_fn(artifact.input_fn(js, JSON), model).numpy()
 
         makers: dict[str, Callable[[], Server]] = {
-            "gpu_serve": lambda: gpu_serve_server(work, tarball, args.device),
-            "torchserve": lambda: torchserve_server(work, tarball, args.device, python),
-            "litserve": lambda: litserve_server(work, tarball, args.device, python),
+            "gpu_serve": lambda: gpu_serve_server(work, tarball, args.device, workers=args.workers),
+            "gpu_serve_1proc": lambda: gpu_serve_server(work, tarball, args.device, "gpu_serve_1proc"),
+            "torchserve": lambda: torchserve_server(work, tarball, args.device, python, args.workers),
+            "litserve": lambda: litserve_server(work, tarball, args.device, python, args.workers),
         }
         servers: dict[str, Server] = {}
         try:
@@ -1215,19 +1400,14 @@ def main(argv: list[str] | None = None) -> int:
 
             bodies = {name: [srv.request(npy, NPY)] for name, srv in servers.items()}
             cells: dict[str, list[Cell]] = {name: [] for name in servers}
-            for n in concurrency:
-                for name, cell in measure(servers, bodies, n, args.requests, args.rounds, args.warmup).items():
-                    cells[name].append(cell)
-            n_mixed = 32 if 32 in concurrency else max(concurrency)
-            mixed: dict[str, Cell] = {}
-            for name, srv in servers.items():
-                alternating = [srv.request(npy, NPY), srv.request(js, JSON)]
-                asyncio.run(closed_loop(srv.port, alternating, n_mixed, args.warmup))
-                mixed[name] = Cell(name, n_mixed)
-                mixed[name].add(*run_cell(srv, alternating, n_mixed, args.mixed_requests))
-                c = mixed[name]
-                print(f"mixed {name:>10} N={n_mixed} {c.throughput:7.1f} req/s  p99 {c.pct(99):7.2f} ms  "
-                      f"statuses {dict(c.statuses)}", flush=True)  # fmt: skip
+            with BusyNeighbours(args.busy):
+                for n in concurrency:
+                    for name, cell in measure(servers, bodies, n, args.requests, args.rounds, args.warmup).items():
+                        cells[name].append(cell)
+                n_mixed = 32 if 32 in concurrency else max(concurrency)
+                alternating = {name: [srv.request(npy, NPY), srv.request(js, JSON)] for name, srv in servers.items()}
+                print(f"mixed content (every other request JSON) at N={n_mixed}:", flush=True)
+                mixed = measure(servers, alternating, n_mixed, args.mixed_requests, args.rounds, args.warmup)
             poison = {name: poison_probe(srv, npy, args.poison_trials) for name, srv in servers.items()}
             for p in poison.values():
                 print(f"poison {p.server:>10}: malformed got {dict(p.malformed_statuses)}, valid 200 "
@@ -1260,10 +1440,11 @@ def main(argv: list[str] | None = None) -> int:
         title = (
             f"ResNet-18 w{WIDTH} {IMAGE_SIZE}px, {device}, {os.cpu_count()} CPUs"
             + (" (smoke run)" if args.rounds < DEFAULT_ROUNDS or args.requests < DEFAULT_REQUESTS else "")
+            + (f", {args.busy} busy neighbours" if args.busy else "")
             + ": gpu_serve vs TorchServe vs LitServe"
         )
-        plot(cells, PLOT, title)
-        write_section(SECTION, markdown)
+        plot(cells, plot_path(args.busy, args.workers), title)
+        write_section(section_name(args.busy, args.workers), markdown)
     return 0
 
 

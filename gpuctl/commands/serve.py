@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +40,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dtype", help="GPU_SERVE_DTYPE: float32 (default), float16/fp16, bfloat16/bf16")
     parser.add_argument("--device", help="GPU_SERVE_DEVICE: auto (default), cpu, cuda, cuda:N")
     parser.add_argument("--num-threads", type=int, help="GPU_SERVE_NUM_THREADS: torch intra-op threads on CPU")
+    parser.add_argument(
+        "--model-processes",
+        help="GPU_SERVE_MODEL_PROCESSES: auto (default: one per visible GPU, one on a CPU), a count from 1 to 64, "
+        "or 0 (the model on a thread of the HTTP process)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -61,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gpuctl-serve-") as tmp:
         try:
             model_dir = extract_model_archive(model, Path(tmp)) if model.is_file() else model
+            environ = dict(os.environ)
+            if args.model_processes is not None:  # "auto" included: the option wins over the environment
+                environ["GPU_SERVE_MODEL_PROCESSES"] = args.model_processes
             config = ServeConfig.from_env(
+                environ,
                 model_dir=model_dir,
                 dtype=parse_dtype(args.dtype) if args.dtype else None,
                 device=args.device.lower() if args.device else None,

@@ -13,6 +13,7 @@ import email.parser
 import email.policy
 import io
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from benchmarks.serve_peers import (
     NPY,
     TORCHSERVE_HANDLER,
     BatchLog,
+    BusyNeighbours,
     Cell,
     LoadResult,
     behind,
@@ -41,12 +43,17 @@ from benchmarks.serve_peers import (
     multipart,
     npy_bytes,
     parse_batch_lines,
+    parse_schedstat,
     parse_stat,
     percentile,
+    plot_path,
     ratio_rows,
     read_response,
     rotated,
+    section_name,
+    share_rows,
     status_kib,
+    tree_wait_seconds,
     version_matches,
 )
 
@@ -104,6 +111,13 @@ def test_parse_stat_counts_from_the_last_parenthesis() -> None:
     # comm "a) (b c" holds spaces and parentheses; ppid 7, utime 11, stime 22, cutime 3, cstime 4.
     fields = ["S", "7", "1", "1", "0", "-1", "0", "5", "0", "0", "0", "11", "22", "3", "4", "20", "0", "1"]
     assert parse_stat("123 (a) (b c) " + " ".join(fields)) == (7, 40)
+
+
+def test_schedstat_gives_the_run_queue_wait_and_the_tree_sum_counts_this_process() -> None:
+    assert parse_schedstat("356672026 601769228 1202\n") == 601769228
+    assert tree_wait_seconds(os.getpid()) >= 0.0
+    with pytest.raises((IndexError, ValueError)):
+        parse_schedstat("garbage")
 
 
 def test_descendants_walks_the_whole_tree_and_nothing_else() -> None:
@@ -182,6 +196,27 @@ def test_cell_reports_median_spread_cpu_batches_and_errors() -> None:
     assert cell.mean_batch == pytest.approx(10 / 3)
     assert cell.errors == {503: 3}
     assert cell.pct(50) == 2.0
+    # 300 requests in 1/100 + 1/300 + 1/200 s x 100 = 1.833 s of runs, 1.5 CPU s: 0.82 cores
+    assert cell.cores == pytest.approx(1.5 / (100 / 100 + 100 / 300 + 100 / 200))
+
+
+def test_a_busy_run_writes_its_own_section_and_plot() -> None:
+    assert section_name(0) == "serve-peers"
+    assert section_name(3) == "serve-peers-busy"
+    assert plot_path(0).name == "serve_peers.png"
+    assert plot_path(2).name == "serve_peers_busy.png"
+    assert section_name(0, 2) == "serve-peers-2workers"
+    assert section_name(2, 2) == "serve-peers-busy-2workers"
+    assert plot_path(2, 2).name == "serve_peers_busy_2workers.png"
+
+
+def test_busy_neighbours_run_while_the_context_is_open_and_are_gone_after() -> None:
+    with BusyNeighbours(2) as busy:
+        procs = list(busy._procs)
+        assert len(procs) == 2
+        assert all(proc.poll() is None for proc in procs)
+    assert all(proc.returncode is not None for proc in procs)
+    assert busy._procs == []
 
 
 def test_ratio_rows_divide_gpu_serve_by_each_peer() -> None:
@@ -191,6 +226,16 @@ def test_ratio_rows_divide_gpu_serve_by_each_peer() -> None:
         "litserve": [_cell("litserve", 1, [600.0], [5.0])],
     }
     assert ratio_rows(cells) == ["| 1 | **3.00x** | 0.50 | **0.50x** | 2.00 |"]
+
+
+def test_share_rows_split_the_throughput_ratio_into_cost_per_request_and_cores() -> None:
+    # gpu_serve: 100 requests in 1 s with 0.2 CPU s (2 ms/req, 0.2 cores);
+    # the peer: 100 requests in 0.5 s with 0.8 CPU s (8 ms/req, 1.6 cores)
+    cells = {
+        "gpu_serve": [_cell("gpu_serve", 32, [100.0], [10.0], cpu=0.2)],
+        "litserve": [_cell("litserve", 32, [200.0], [10.0], cpu=0.8)],
+    }
+    assert share_rows(cells) == ["| 32 | 4.00x | 0.12x |"]  # 4x cheaper per request x 1/8 of the cores = 0.5x
 
 
 def test_behind_names_each_cell_where_gpu_serve_trails_a_peer() -> None:

@@ -48,6 +48,12 @@ def test_serve_refuses_missing_or_unknown_models(tmp_path: Path, capsys: pytest.
     assert "neither a folder nor a .tar.gz/.tgz/.tar archive" in capsys.readouterr().err
     assert main(["serve", str(tmp_path), "--dtype", "int4"]) == 2
     assert "GPU_SERVE_DTYPE='int4' is not allowed" in capsys.readouterr().err
+    assert main(["serve", str(tmp_path), "--model-processes", "many"]) == 2
+    assert "GPU_SERVE_MODEL_PROCESSES='many' is not allowed; allowed: auto or an integer from 0 to 64" in (
+        capsys.readouterr().err
+    )
+    assert main(["serve", str(tmp_path), "--model-processes", "65"]) == 2
+    assert "GPU_SERVE_MODEL_PROCESSES=65 is not allowed" in capsys.readouterr().err
 
 
 def test_invoke_url_and_content_type_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
