@@ -87,20 +87,22 @@ QUICK ?=
 BENCH_QUICK := $(if $(filter 1 yes true,$(QUICK)),--quick)
 BENCH_PLAN := $(if $(BENCH_QUICK),\
 	quick run: about 2 minutes on 2 cores; prints the figures and leaves docs/ untouched,\
-	about 7 minutes on 2 cores (about 15 the first time: it generates 20,000 JPEGs once into .bench/); \
+	about 10 minutes on 2 cores (about 18 the first time: it generates 20,000 JPEGs once into .bench/); \
 rewrites docs/benchmarks.md and docs/img/; 'make bench QUICK=1' is a 2-minute smoke run)
 
 .PHONY: bench-quick _bench-plan _gpu-check
 _bench-plan:
-	@echo "==> make bench: 3 CPU benchmarks (training input pipeline, dynamic batching, synth and test speed)"
+	@echo "==> make bench: 4 CPU benchmarks (training input pipeline, dynamic batching of an MLP and of a convnet, synth and test speed)"
 	@echo "    $(strip $(BENCH_PLAN))"
 
-bench: _bench-plan setup ## CPU benchmarks -> docs/benchmarks.md (~7 min on 2 cores; QUICK=1: ~2 min smoke run)
-	@echo "==> [bench 1/3] training input pipeline: shard loader vs per-file loaders (benchmarks.training_data)"
+bench: _bench-plan setup ## CPU benchmarks -> docs/benchmarks.md (~10 min on 2 cores; QUICK=1: ~2 min smoke run)
+	@echo "==> [bench 1/4] training input pipeline: shard loader vs per-file loaders (benchmarks.training_data)"
 	$(PY) -m benchmarks.training_data $(BENCH_QUICK)
-	@echo "==> [bench 2/3] dynamic batching vs one request per forward, over HTTP (benchmarks.inference_batching)"
+	@echo "==> [bench 2/4] dynamic batching vs one request per forward, MLP, JSON requests (benchmarks.inference_batching)"
 	$(PY) -m benchmarks.inference_batching $(BENCH_QUICK)
-	@echo "==> [bench 3/3] synth and test speed (benchmarks.synth_and_test)"
+	@echo "==> [bench 3/4] the same for a ResNet-18-style convnet, .npy requests (benchmarks.inference_batching --model convnet)"
+	$(PY) -m benchmarks.inference_batching --model convnet $(BENCH_QUICK)
+	@echo "==> [bench 4/4] synth and test speed (benchmarks.synth_and_test)"
 	$(PY) -m benchmarks.synth_and_test $(BENCH_QUICK)
 
 bench-quick: ## the same benchmarks as `make bench` on less data (~2 min); docs/ untouched
@@ -115,10 +117,12 @@ _gpu-check:
 	@echo "==> make bench-gpu: ResNet-50 training throughput, synthetic vs real data, on $$(nvidia-smi -L | head -1)"
 	@echo "    1 to 2 minutes (plus about 1 the first time, to generate and pack the shards)$(if $(BENCH_QUICK),; quick run: under a minute)"
 
-bench-peers: setup ## against the tools a user would pick instead: gpu_serve vs TorchServe/LitServe, shard loader vs WebDataset/MDS/LitData (~15 min; installs them into .bench/peers-venv; TorchServe needs Java 17)
-	@echo "==> gpu_serve vs TorchServe 0.12 and LitServe, N = 1, 8, 32, 64 (benchmarks.serve_peers)$(if $(BENCH_QUICK), quick run: docs/ untouched)"
+bench-peers: setup ## against the tools a user would pick instead: gpu_serve vs TorchServe/LitServe (quiet and busy machine), shard loader vs WebDataset/MDS/LitData (~21 min; installs them into .bench/peers-venv; TorchServe needs Java 17)
+	@echo "==> [peers 1/3] gpu_serve vs TorchServe 0.12 and LitServe, N = 1, 8, 32, 64 (benchmarks.serve_peers, ~3 min)$(if $(BENCH_QUICK), quick run: docs/ untouched)"
 	$(PY) -m benchmarks.serve_peers $(BENCH_QUICK)
-	@echo "==> shard loader vs WebDataset, MosaicML Streaming and LitData (benchmarks.loader_peers)$(if $(BENCH_QUICK), quick run: docs/ untouched)"
+	@echo "==> [peers 2/3] the same with 2 busy-loop neighbours, and gpu_serve with the model in its HTTP process (--busy 2, ~5 min)"
+	$(PY) -m benchmarks.serve_peers --busy 2 --servers gpu_serve,gpu_serve_1proc,torchserve,litserve $(BENCH_QUICK)
+	@echo "==> [peers 3/3] shard loader vs WebDataset, MosaicML Streaming and LitData (benchmarks.loader_peers, ~13 min)$(if $(BENCH_QUICK), quick run: docs/ untouched)"
 	$(PY) -m benchmarks.loader_peers $(BENCH_QUICK)
 
 bench-gpu: _gpu-check setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU

@@ -49,6 +49,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTION = "inference-batching"
 QUICK_REQUESTS = 300  # --quick: requests per (server, N)
 PLOT = ROOT / "docs" / "img" / "inference_batching.png"
+NPY = "application/x-npy"
+
+
+def section_name(model: str) -> str:
+    """The docs/benchmarks.md section of a ``--model`` (the MLP's keeps its original name)."""
+    return SECTION if model == "mlp" else f"{SECTION}-{model}"
+
+
+def plot_path(model: str) -> Path:
+    return PLOT if model == "mlp" else PLOT.with_name(f"{PLOT.stem}_{model}{PLOT.suffix}")
+
 
 HANDLER = '''"""Benchmark model: a wide MLP whose single-sample forward pass is bound by reading its weights."""
 import json
@@ -165,11 +176,19 @@ async def _load(host: str, port: int, request: bytes, concurrency: int, total: i
     return RunResult(concurrency, total, time.perf_counter() - t0, latencies, statuses)
 
 
-def measure(servers: dict[str, ServerProcess], n: int, requests: int, rounds: int, body: bytes) -> dict[str, RunResult]:
+def measure(
+    servers: dict[str, ServerProcess],
+    n: int,
+    requests: int,
+    rounds: int,
+    body: bytes,
+    content_type: str = "application/json",
+) -> dict[str, RunResult]:
     """``requests`` requests from ``n`` clients against each server, split into interleaved rounds."""
     per_round = max(1, requests // rounds)
     for srv in servers.values():  # warm-up: connections, allocator, first batches
-        asyncio.run(_load("127.0.0.1", srv.port, make_request("127.0.0.1", srv.port, body), n, min(200, per_round)))
+        request = make_request("127.0.0.1", srv.port, body, content_type)
+        asyncio.run(_load("127.0.0.1", srv.port, request, n, min(200, per_round)))
     merged = {name: RunResult(n, 0, 0.0, []) for name in servers}
     rows = {name: [0, 0] for name in servers}
     for rnd in range(rounds):
@@ -177,7 +196,8 @@ def measure(servers: dict[str, ServerProcess], n: int, requests: int, rounds: in
         order = list(servers.items()) if rnd % 2 == 0 else list(reversed(servers.items()))
         for name, srv in order:
             mark = len(srv.events("batch"))
-            run = asyncio.run(_load("127.0.0.1", srv.port, make_request("127.0.0.1", srv.port, body), n, per_round))
+            request = make_request("127.0.0.1", srv.port, body, content_type)
+            run = asyncio.run(_load("127.0.0.1", srv.port, request, n, per_round))
             batches = srv.events("batch")[mark:]
             rows[name][0] += sum(int(b["batch_size"]) for b in batches)
             rows[name][1] += len(batches)
@@ -215,14 +235,19 @@ def make_request(host: str, port: int, body: bytes, content_type: str = "applica
     return head.encode() + body
 
 
-def predict_once(srv: ServerProcess, body: bytes) -> list[list[float]]:
+def predict_once(srv: ServerProcess, body: bytes, content_type: str = "application/json") -> list[list[float]]:
     import urllib.request
 
     req = urllib.request.Request(
-        srv.url + "/invocations", data=body, headers={"Content-Type": "application/json"}, method="POST"
+        srv.url + "/invocations",
+        data=body,
+        headers={"Content-Type": content_type, "Accept": "application/json"},
+        method="POST",
     )
     with urllib.request.urlopen(req, timeout=30) as resp:
-        return list(json.loads(resp.read()))
+        answer = json.loads(resp.read())
+    # The MLP's handler answers a bare list; an exported artifact {"predictions": [...]}.
+    return list(answer["predictions"] if isinstance(answer, dict) else answer)
 
 
 # -- report -------------------------------------------------------------------------------------------------
@@ -273,16 +298,36 @@ def render(
     ablation: dict[str, Any],
 ) -> tuple[str, bool]:
     base, dyn = results["per-request"], results["dynamic"]
+    convnet = args.model == "convnet"
+    flags = f" --model {args.model}" if convnet else ""
+    if args.max_batch_size != 32:
+        flags += f" --max-batch-size {args.max_batch_size}"
+    model_text = (
+        f"ResNet-18-style convnet, width 16, 32x32 input, 10 classes ({info['params_m']:.2f} M parameters, fp32; "
+        "the model of the serve-peers benchmark below, exported by `gpu_train.export`), one `.npy` sample "
+        "(1, 3, 32, 32) per request, JSON response."
+        if convnet
+        else f"MLP {args.in_features} -> {args.depth} x {args.width} -> 10 ({info['params_m']:.1f} M parameters, "
+        "fp32), JSON request of one sample, JSON response."
+    )
+    why = (
+        "Why: a convnet this small pays a fixed cost per operator (dispatch, allocation, small feature maps "
+        "that keep the vector units half idle), which a batch pays once for all its rows. "
+        f"{forward_line(info['forward_ms'])} "
+        if convnet
+        else f"Why: at batch 1 every request re-reads all {info['params_m'] * 4:.0f} MB of weights; a batch reads "
+        f"them once for all its rows (a GEMM instead of many GEMVs). {forward_line(info['forward_ms'])} "
+    )
     lines = [
-        "## Inference: dynamic batching vs one-request-per-forward",
+        "## Inference: dynamic batching vs one-request-per-forward"
+        + (" (convnet, .npy requests)" if convnet else " (MLP, JSON requests)"),
         "",
-        f"Command: `python -m benchmarks.inference_batching --requests {args.requests}` "
+        f"Command: `python -m benchmarks.inference_batching{flags} --requests {args.requests}` "
         f"(measured {info['date']}, {info['device']}, {info['cpus']} CPUs, torch {info['torch']}, "
         f"`GPU_SERVE_NUM_THREADS={info['threads']}`; 1-minute load average {info['load']} at start and end: "
         "the machine is shared, so compare the columns of a row, which were measured back to back).",
         "",
-        f"Model: MLP {args.in_features} -> {args.depth} x {args.width} -> 10 ({info['params_m']:.1f} M parameters, "
-        f"fp32), JSON request of one sample, JSON response. Same server code and model in both columns: "
+        f"Model: {model_text} Same server code and model in both columns: "
         f"`per-request` is `GPU_SERVE_MAX_BATCH_SIZE=1` (what the SageMaker PyTorch toolkit's default handler "
         f"does), `dynamic` is `GPU_SERVE_MAX_BATCH_SIZE={args.max_batch_size}`, "
         f"`GPU_SERVE_MAX_BATCH_DELAY_MS={args.max_batch_delay_ms:g}`. Each N sends {args.requests} requests "
@@ -309,10 +354,8 @@ def render(
         f"Measured: **{ratio:.2f}x** throughput, p99 {d32.pct(99):.1f} ms vs {b32.pct(99):.1f} ms: "
         f"**{'met' if ok else 'NOT met'}**.",
         "",
-        f"Why: at batch 1 every request re-reads all {info['params_m'] * 4:.0f} MB of weights; a batch reads "
-        f"them once for all its rows (a GEMM instead of many GEMVs). {forward_line(info['forward_ms'])} "
-        "The HTTP and JSON work per request stays, which is what bounds the dynamic server here "
-        "(the HTTP process's event loop and the model process's JSON decoding share the core the forward pass "
+        why + "The HTTP and decoding work per request stays, which is what bounds the dynamic server here "
+        "(the HTTP process's event loop and the model process's decoding share the core the forward pass "
         "leaves). At N=1 there is nothing to batch: both servers do the same "
         "work (the model thread does not wait when no other request is being decoded, so batching adds no "
         "delay), and any difference in that row is noise. "
@@ -320,7 +363,7 @@ def render(
         "server held at its busiest since the previous batch, so clients that send again as soon as they are "
         "answered form batches of about N instead of two alternating smaller ones.",
         "",
-        f"![dynamic batching vs per-request](img/{PLOT.name})",
+        f"![dynamic batching vs per-request](img/{plot_path(args.model).name})",
     ]
     if ablation:
         tuned, default = ablation["dynamic"], ablation["dynamic, torch default threads"]
@@ -329,9 +372,18 @@ def render(
             f"({ablation['default_threads']['torch_threads']} intra-op threads on {info['cpus']} cores) the "
             f"dynamic server made {default.throughput:.0f} req/s at N={target_n} (p99 {default.pct(99):.0f} ms) "
             f"instead of {tuned.throughput:.0f} req/s (p99 {tuned.pct(99):.0f} ms), measured back to back: "
-            "OpenMP workers spinning on every core starve the event loop that decodes the requests. "
-            "Single-row passes are bound by memory bandwidth and gain little from a second thread, so the "
-            "per-request server loses nothing with the same setting.",
+            f"{default.throughput / tuned.throughput:.2f}x the throughput and {default.pct(99) / tuned.pct(99):.2f}x "
+            "the p99 of one thread"
+            + (
+                ". OpenMP's intra-op workers spin on every core and compete with the decoding and HTTP work of "
+                "the same requests."
+                if default.pct(99) > 1.2 * tuned.pct(99) or default.throughput < 0.9 * tuned.throughput
+                else ". Here a second thread shortens the passes more than it takes from decoding: measure your "
+                "own model before pinning one thread."
+                if default.throughput > 1.1 * tuned.throughput
+                else ": no difference worth a setting at this model size."
+            )
+            + " The per-request server runs with the same setting.",
             "",
         ]
     if info["device"] == "cpu":
@@ -347,19 +399,25 @@ def render(
 LAYOUTS = {"in-process": "0", "model process": "auto"}
 
 
-def convnet_model(root: Path) -> tuple[Path, bytes]:
-    """The serve-peers convnet exported by ``gpu_train.export`` and one ``.npy`` sample (1, 3, 32, 32)."""
+def convnet_model(root: Path) -> tuple[Path, bytes, float]:
+    """The serve-peers convnet exported by ``gpu_train.export``, one ``.npy`` sample (1, 3, 32, 32) and the
+    model's parameters in millions."""
     import io
 
     import numpy as np
 
+    from benchmarks.serve_peers import ARCH, IMAGE_SIZE, NUM_CLASSES, WIDTH, load_artifact
     from gpu_train.export import export_example_model
 
-    tarball = export_example_model(root / "artifact", arch="resnet18", width=16, image_size=32, num_classes=10)
-    sample = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    tarball = export_example_model(
+        root / "artifact", arch=ARCH, width=WIDTH, image_size=IMAGE_SIZE, num_classes=NUM_CLASSES
+    )
+    _, model = load_artifact(str(tarball), str(root / "reference"))
+    params_m = sum(p.numel() for p in model.parameters()) / 1e6
+    sample = np.random.default_rng(1).standard_normal((1, 3, IMAGE_SIZE, IMAGE_SIZE)).astype(np.float32)
     buffer = io.BytesIO()
     np.save(buffer, sample)
-    return tarball.parent / "model", buffer.getvalue()
+    return tarball.parent / "model", buffer.getvalue(), params_m
 
 
 def measure_rounds(
@@ -389,7 +447,7 @@ def run_layouts(args: argparse.Namespace, concurrency: list[int]) -> int:
     base, alt = LAYOUTS
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "convnet":
-            model_dir, body = convnet_model(Path(tmp))
+            model_dir, body, _ = convnet_model(Path(tmp))
             content_type, label = "application/x-npy", "ResNet-18 w16 32x32 convnet, one .npy sample"
         else:
             model_dir = build_model_dir(Path(tmp), args.in_features, args.width, args.depth)
@@ -489,21 +547,20 @@ def main(argv: list[str] | None = None) -> int:
         "--model",
         choices=("mlp", "convnet"),
         default="mlp",
-        help="--layouts only: the MLP (JSON requests) or the serve-peers ResNet-18 w16 convnet (.npy requests)",
+        help="the MLP (JSON requests) or the serve-peers ResNet-18 w16 convnet (.npy requests); the convnet's "
+        "report goes to the inference-batching-convnet section",
     )
     args = parser.parse_args(argv)
     if args.layouts:
         if args.quick:
             args.requests, args.rounds, args.concurrency = QUICK_REQUESTS, 2, "1,32"
         return run_layouts(args, [int(n) for n in args.concurrency.split(",")])
-    if args.model != "mlp":
-        parser.error("--model convnet needs --layouts (the batching report is written for the MLP)")
     if args.quick:
         args.requests, args.rounds, args.concurrency = QUICK_REQUESTS, 1, "1,32"
         args.no_ablation, args.no_write = True, True
     print(
         f"inference_batching: two servers, N = {args.concurrency}, {args.requests} requests per server and N"
-        f"{'' if args.no_write else '; rewrites the inference-batching section of docs/benchmarks.md'}",
+        f"{'' if args.no_write else f'; rewrites the {section_name(args.model)} section of docs/benchmarks.md'}",
         flush=True,
     )
     concurrency = [int(n) for n in args.concurrency.split(",")]
@@ -513,7 +570,15 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_model_dir(Path(tmp), args.in_features, args.width, args.depth)
+        if args.model == "convnet":
+            model_dir, body, params = convnet_model(Path(tmp))
+            content_type = NPY
+        else:
+            model_dir = build_model_dir(Path(tmp), args.in_features, args.width, args.depth)
+            params = (args.in_features * args.width + (args.depth - 1) * args.width**2 + args.width * 10) / 1e6
+            sample = torch.randn(1, args.in_features, generator=torch.Generator().manual_seed(1))
+            body = json.dumps([[round(v, 5) for v in sample[0].tolist()]]).encode()
+            content_type = "application/json"
         common = {"GPU_SERVE_DEVICE": args.device, "GPU_SERVE_METRICS_INTERVAL_S": "0"}
         if args.threads:
             common["GPU_SERVE_NUM_THREADS"] = str(args.threads)
@@ -534,17 +599,14 @@ def main(argv: list[str] | None = None) -> int:
             for srv in servers.values():
                 srv.start()
             ready = servers["dynamic"].events("ready")[0]
-            gen = torch.Generator().manual_seed(1)
-            sample = torch.randn(1, args.in_features, generator=gen)
-            body = json.dumps([[round(v, 5) for v in sample[0].tolist()]]).encode()
             # Same answer from both (batched kernels may round differently in the last bits).
-            a = torch.tensor(predict_once(servers["per-request"], body))
-            b = torch.tensor(predict_once(servers["dynamic"], body))
+            a = torch.tensor(predict_once(servers["per-request"], body, content_type))
+            b = torch.tensor(predict_once(servers["dynamic"], body, content_type))
             if not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
                 raise SystemExit(f"servers disagree: {a} vs {b}")
             results: dict[str, list[RunResult]] = {name: [] for name in servers}
             for n in concurrency:
-                for name, run in measure(servers, n, args.requests, args.rounds, body).items():
+                for name, run in measure(servers, n, args.requests, args.rounds, body, content_type).items():
                     results[name].append(run)
             forward_ms = forward_costs(servers["dynamic"].events("batch") + servers["per-request"].events("batch"))
             ablation: dict[str, Any] = {}
@@ -553,13 +615,12 @@ def main(argv: list[str] | None = None) -> int:
                     model_dir, env={**dynamic_env, "GPU_SERVE_NUM_THREADS": ""}
                 ).start()
                 pair = {k: servers[k] for k in ("dynamic", "dynamic, torch default threads")}
-                ablation = dict(measure(pair, target_n, args.requests, args.rounds, body))
+                ablation = dict(measure(pair, target_n, args.requests, args.rounds, body, content_type))
                 ablation["default_threads"] = servers["dynamic, torch default threads"].events("ready")[0]
         finally:
             for srv in servers.values():
                 srv.stop()
 
-    params = (args.in_features * args.width + (args.depth - 1) * args.width**2 + args.width * 10) / 1e6
     info = {
         "date": time.strftime("%Y-%m-%d"),
         "device": ready["device"] if ready["device"] == "cpu" else str(ready.get("cuda_device") or "cuda"),
@@ -570,13 +631,14 @@ def main(argv: list[str] | None = None) -> int:
         "load": f"{min(load_before, os.getloadavg()[0]):.1f}-{max(load_before, os.getloadavg()[0]):.1f}",
         "machine": platform.machine(),
     }
-    title = f"MLP {args.depth}x{args.width}, {info['device']}, {info['cpus']} CPUs: dynamic batching vs per-request"
+    model_title = "ResNet-18 w16 32px" if args.model == "convnet" else f"MLP {args.depth}x{args.width}"
+    title = f"{model_title}, {info['device']}, {info['cpus']} CPUs: dynamic batching vs per-request"
     info["forward_ms"] = forward_ms
     markdown, ok = render(results, args, info, target_n, ablation)
     print(markdown)
     if not args.no_write:
-        plot(results, PLOT, title)
-        write_section(SECTION, markdown)
+        plot(results, plot_path(args.model), title)
+        write_section(section_name(args.model), markdown)
     return 0 if ok or args.quick else 1
 
 

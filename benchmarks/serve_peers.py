@@ -51,7 +51,8 @@ Variants, each written to its own section beside the default run's:
 
 Run: ``python -m benchmarks.serve_peers [--quick] [--device cpu|cuda] [--busy K] [--workers W]`` (``--help``
 for options). Writes its section of docs/benchmarks.md and its plot in docs/img/ unless ``--no-write``. About
-7 minutes on 2 cores, 10 with ``--busy 2`` (plus a few minutes the first time, to make the peers' venv);
+3 minutes on 2 cores, 5 with ``--busy 2`` and four servers (plus a few minutes the first time, to make the
+peers' venv);
 ``--quick`` (2 rounds of 150 requests, short probes, docs/ untouched) about a minute.
 """
 
@@ -122,6 +123,7 @@ PEER_PINS = {
 ARCH, WIDTH, IMAGE_SIZE, NUM_CLASSES = "resnet18", 16, 32, 10
 POISON_N = 8
 DEFAULT_ROUNDS, DEFAULT_REQUESTS = 5, 500
+IDLE_SECONDS = 5.0  # how long the servers' CPU use at rest is measured, before the timed cells
 REQUEST_TIMEOUT_S = 60.0
 
 
@@ -476,6 +478,14 @@ def tree_wait_seconds(root: int) -> float:
             if text:
                 total += parse_schedstat(text)
     return total / 1e9
+
+
+def idle_cores(roots: Mapping[str, int], seconds: float = IDLE_SECONDS) -> dict[str, float]:
+    """CPU-seconds per second each process tree uses while it serves nothing (all measured over the same
+    ``seconds``): what a server costs the machine at rest, polling loops included."""
+    before = {name: tree_cpu_seconds(pid) for name, pid in roots.items()}
+    time.sleep(seconds)
+    return {name: (tree_cpu_seconds(pid) - before[name]) / seconds for name, pid in roots.items()}
 
 
 def tree_memory(root: int) -> tuple[int, float]:
@@ -1078,6 +1088,7 @@ def render(
     memory: Mapping[str, tuple[int, float]],
     info: Mapping[str, Any],
     args: argparse.Namespace,
+    idle: Mapping[str, float] | None = None,
 ) -> str:
     names = list(cells)
     peers = [p for p in names if p != "gpu_serve"]
@@ -1091,7 +1102,9 @@ def render(
         else ""
     )
     lines = [
-        "## Inference: gpu_serve vs TorchServe and LitServe" + (" on a busy machine" if args.busy else ""),
+        "## Inference: gpu_serve vs TorchServe and LitServe"
+        + (" on a busy machine" if args.busy else "")
+        + (f", {args.workers} model workers each" if args.workers > 1 else ""),
         "",
         f"Command: `{command}` (measured {info['date']} on {info['machine']}, {info['device']}, torch {info['torch']}; "
         f"1-minute load average {info['load']} at start and end; TorchServe {info['versions']['torchserve']} on "
@@ -1156,12 +1169,18 @@ def render(
         ]
     lines += [
         "",
-        "| server | processes | peak RSS, MiB (sum of each process's VmHWM) |",
-        "|---|---|---|",
-        *(f"| {LABELS[n]} | {memory[n][0]} | {memory[n][1]:.0f} |" for n in names),
+        "| server | processes | peak RSS, MiB (sum of each process's VmHWM) | CPU at rest, cores |",
+        "|---|---|---|---|",
+        *(
+            f"| {LABELS[n]} | {memory[n][0]} | {memory[n][1]:.0f} | "
+            + (f"{idle[n]:.3f}" if idle and n in idle else "-")
+            + " |"
+            for n in names
+        ),
         "",
         "Peak RSS counts shared pages (libtorch, the JVM) once per process that maps them, so a server with "
-        "several Python processes shows more than it adds to the machine's memory use.",
+        "several Python processes shows more than it adds to the machine's memory use. CPU at rest: the tree's "
+        f"CPU time per second over {IDLE_SECONDS:g} s with no request, after start-up (polling loops show here).",
     ]
     if mixed:
         n_mixed = next(iter(mixed.values())).concurrency
@@ -1397,6 +1416,9 @@ def main(argv: list[str] | None = None) -> int:
                     answers[f"{name} ({ctype})"] = answer
             _check_answers(answers, reference)
             print(f"all servers answer the model's logits; ready: {records}", flush=True)
+            time.sleep(1.0)  # let the answers' log writes and batch timers settle
+            idle = idle_cores({name: srv.pid for name, srv in servers.items()})
+            print("CPU at rest (cores): " + ", ".join(f"{n} {c:.3f}" for n, c in idle.items()), flush=True)
 
             bodies = {name: [srv.request(npy, NPY)] for name, srv in servers.items()}
             cells: dict[str, list[Cell]] = {name: [] for name in servers}
@@ -1434,7 +1456,7 @@ def main(argv: list[str] | None = None) -> int:
         "json_bytes": len(js),
         "multipart_bytes": multipart_bytes,
     }
-    markdown = render(cells, mixed, poison, memory, info, args)
+    markdown = render(cells, mixed, poison, memory, info, args, idle)
     print(markdown)
     if not args.no_write:
         title = (

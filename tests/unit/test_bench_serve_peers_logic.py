@@ -14,6 +14,7 @@ import email.policy
 import io
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +37,7 @@ from benchmarks.serve_peers import (
     decode_sample,
     descendants,
     http_request,
+    idle_cores,
     json_instances,
     load_artifact,
     malformed_npy,
@@ -118,6 +120,24 @@ def test_schedstat_gives_the_run_queue_wait_and_the_tree_sum_counts_this_process
     assert tree_wait_seconds(os.getpid()) >= 0.0
     with pytest.raises((IndexError, ValueError)):
         parse_schedstat("garbage")
+
+
+def test_idle_cores_sees_a_busy_child_and_not_a_sleeping_one() -> None:
+    import subprocess
+    import sys
+
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)  # both started
+        idle = idle_cores({"spinning": spinning.pid, "sleeping": sleeping.pid}, seconds=1.0)
+    finally:
+        spinning.kill()
+        sleeping.kill()
+        spinning.wait()
+        sleeping.wait()
+    assert idle["spinning"] > 0.2  # a whole core when the machine is quiet; at least a share of one when busy
+    assert idle["sleeping"] < 0.05
 
 
 def test_descendants_walks_the_whole_tree_and_nothing_else() -> None:
