@@ -159,8 +159,10 @@ def test_bench_states_its_duration_and_has_a_quick_mode(args: list[str], quick: 
     assert [name for name, _ in runs] == [
         "benchmarks.training_data",
         "benchmarks.inference_batching",
+        "benchmarks.inference_batching",  # the MLP, then the convnet
         "benchmarks.synth_and_test",
     ]
+    assert "--model convnet" in runs[2][1] and "--model" not in runs[1][1]
     assert all(("--quick" in flags) == quick for _, flags in runs)
     plan = dry.stdout.split("-m benchmarks.training_data", 1)[0]  # printed before the first benchmark
     assert re.search(r"about \d+ minutes on 2 cores", plan)
