@@ -1026,36 +1026,43 @@ LABELS = {
 }
 
 
-def ratio_rows(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
-    """Markdown rows: gpu_serve / each peer, throughput (higher is better) and p99 (lower is better)."""
+def _peer_rows(cells: Mapping[str, Sequence[Cell]], pair: Callable[[Cell, Cell], list[str]]) -> list[str]:
+    """One markdown row per N: the N, then ``pair(gpu_serve's cell, the peer's cell)`` for each peer."""
     peers = [p for p in cells if p != "gpu_serve"]
     rows = []
     for i, ours in enumerate(cells["gpu_serve"]):
         parts = [str(ours.concurrency)]
         for peer in peers:
-            theirs = cells[peer][i]
-            tput = ours.throughput / theirs.throughput if theirs.throughput else float("nan")
-            p99 = ours.pct(99) / theirs.pct(99) if theirs.pct(99) else float("nan")
-            parts += [f"**{tput:.2f}x**", f"{p99:.2f}"]
+            parts += pair(ours, cells[peer][i])
         rows.append("| " + " | ".join(parts) + " |")
     return rows
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else float("nan")
+
+
+def ratio_rows(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
+    """Markdown rows: gpu_serve / each peer, throughput (higher is better) and p99 (lower is better)."""
+    return _peer_rows(
+        cells,
+        lambda ours, theirs: [
+            f"**{_ratio(ours.throughput, theirs.throughput):.2f}x**",
+            f"{_ratio(ours.pct(99), theirs.pct(99)):.2f}",
+        ],
+    )
 
 
 def share_rows(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
     """Markdown rows splitting each throughput ratio into its two factors: requests per CPU-second (what each
     request costs) and cores (how much of the machine the server's processes got)."""
-    peers = [p for p in cells if p != "gpu_serve"]
-    rows = []
-    for i, ours in enumerate(cells["gpu_serve"]):
-        parts = [str(ours.concurrency)]
-        for peer in peers:
-            theirs = cells[peer][i]
-            parts += [
-                f"{theirs.cpu_ms_per_request / ours.cpu_ms_per_request:.2f}x",
-                f"{ours.cores / theirs.cores:.2f}x" if theirs.cores else "nan",
-            ]
-        rows.append("| " + " | ".join(parts) + " |")
-    return rows
+    return _peer_rows(
+        cells,
+        lambda ours, theirs: [
+            f"{_ratio(theirs.cpu_ms_per_request, ours.cpu_ms_per_request):.2f}x",
+            f"{_ratio(ours.cores, theirs.cores):.2f}x",
+        ],
+    )
 
 
 def behind(cells: Mapping[str, Sequence[Cell]]) -> list[str]:
