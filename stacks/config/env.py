@@ -134,6 +134,35 @@ class EnvConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _gpu_serve_environment(self) -> EnvConfig:
+        """Endpoints of an image that runs gpu_serve: its variables in ``environment`` (and those batching sets)
+        are read here by the server's own parser, so a value it would refuse at start fails the synth instead
+        of the endpoint's health check, minutes into a deploy."""
+        if self.images.inference.kind == "dlc":
+            return self
+        from gpu_constructs.endpoint.batching import GPU_SERVE_BATCHING_ENV
+        from gpu_serve.config import ENV_VARS, ServeConfig
+        from gpu_serve.errors import ConfigError as ServeConfigError
+
+        for key, endpoint in sorted(self.inference.endpoints.items()):
+            where = f"inference.endpoints.{key}.environment"
+            env = dict(endpoint.environment)
+            if endpoint.batching is not None:
+                env.update(endpoint.batching.batching(GPU_SERVE_BATCHING_ENV).environment())
+            unknown = sorted(k for k in env if k.startswith("GPU_SERVE_") and k not in ENV_VARS)
+            if unknown:
+                known = ", ".join(sorted(k for k in ENV_VARS if k.startswith("GPU_SERVE_")))
+                raise ValueError(f"{where}: {unknown} are not gpu_serve variables; allowed: {known}")
+            try:
+                ServeConfig.from_env(env)
+            except ServeConfigError as exc:
+                raise ValueError(
+                    f"{where}: {exc} (images.inference.kind is {self.images.inference.kind!r}: the image runs "
+                    "gpu_serve, which would refuse to start)"
+                ) from None
+        return self
+
+    @model_validator(mode="after")
     def _pipeline_account(self) -> EnvConfig:
         if self.pipeline is not None and self.pipeline.account is None and self.account is None:
             raise ValueError(

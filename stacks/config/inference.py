@@ -327,7 +327,11 @@ class EndpointConfig(StrictModel):
         "batches nothing, and refuses max_batch_size > 1: its TorchServe handler fails a whole batch on one "
         "bad request)",
     )
-    environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment variables")
+    environment: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra container environment variables (with an image that runs gpu_serve, GPU_SERVE_* ones "
+        "are read by the server's own parser at synth: a value it would refuse fails here)",
+    )
     data_capture: EndpointDataCaptureConfig | None = Field(None, description="Request/response capture (null: off)")
     async_inference: EndpointAsyncConfig | None = Field(None, description="Asynchronous endpoint (null: real-time)")
     deployment: EndpointDeploymentConfig = Field(default_factory=lambda: EndpointDeploymentConfig())

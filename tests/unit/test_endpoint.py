@@ -1234,6 +1234,46 @@ def test_config_rules(body: str, message: str) -> None:
     assert "config/dev.yaml" in str(info.value) and "inference.endpoints.classifier" in str(info.value)
 
 
+GPU_SERVE_IMAGE = "images:\n  inference: {kind: codebuild, cuda_version: '12.4'}\n"
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        (
+            "{GPU_SERVE_MODEL_PROCESSES: many}",
+            r"inference.endpoints.classifier.environment: GPU_SERVE_MODEL_PROCESSES='many' is not allowed; "
+            r"allowed: auto or an integer from 0 to 64 \(images.inference.kind is 'codebuild': the image runs "
+            r"gpu_serve, which would refuse to start\)",
+        ),
+        ("{GPU_SERVE_DEVICE: tpu}", r"GPU_SERVE_DEVICE='tpu' is not allowed; allowed: auto, cpu, cuda, cuda:N"),
+        ("{GPU_SERVE_NUM_THREADS: '0'}", r"GPU_SERVE_NUM_THREADS"),
+        (
+            "{GPU_SERVE_MODEL_PROCESS: '2'}",  # a typo: the server would ignore it and start one process per GPU
+            r"\['GPU_SERVE_MODEL_PROCESS'\] are not gpu_serve variables; allowed: .*GPU_SERVE_MODEL_PROCESSES",
+        ),
+    ],
+)
+def test_config_refuses_a_gpu_serve_variable_the_server_would_refuse(environment: str, message: str) -> None:
+    from stacks.config import ConfigError, parse_config
+
+    text = GPU_SERVE_IMAGE + BASE.format(body=f"      model_data: m/model.tar.gz\n      environment: {environment}")
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text, Path("config/dev.yaml"), "dev")
+
+
+def test_config_passes_gpu_serve_variables_the_server_accepts_and_leaves_other_images_alone() -> None:
+    from stacks.config import parse_config
+
+    good = "{GPU_SERVE_MODEL_PROCESSES: auto, GPU_SERVE_DEVICE: 'cuda:0', MY_APP_SETTING: x}"
+    text = GPU_SERVE_IMAGE + BASE.format(body=f"      model_data: m/model.tar.gz\n      environment: {good}")
+    env = parse_config(text, Path("config/dev.yaml"), "dev").inference.endpoints["classifier"].environment
+    assert env["GPU_SERVE_MODEL_PROCESSES"] == "auto"
+    # the stock DLC does not run gpu_serve: its variables mean nothing there and are not read
+    dlc = BASE.format(body="      model_data: m/model.tar.gz\n      environment: {GPU_SERVE_MODEL_PROCESSES: many}")
+    assert parse_config(dlc, Path("config/dev.yaml"), "dev").images.inference.kind == "dlc"
+
+
 def test_config_endpoint_keys_and_enabled() -> None:
     from stacks.config import ConfigError, parse_config
 
