@@ -40,6 +40,7 @@ from gpu_constructs.topics import Publisher, notification_topic
 from gpu_serve.metrics import LOG_METRIC_FILTERS
 from stacks.base import WorkloadStack, removal_policy
 from stacks.config import EndpointAsyncConfig, EndpointConfig
+from stacks.config.images import inference_runtime
 from stacks.image_parameter import image_from_parameter
 from stacks.naming import pascal_case
 
@@ -73,7 +74,7 @@ class InferenceStack(WorkloadStack):
         inference = config.inference
         # The platform image runs gpu_serve; a prebuilt DLC runs TorchServe (its own batching variables, and
         # none of gpu_serve's JSON log lines to turn into metrics).
-        self.runtime = "torchserve" if getattr(image, "kind", None) == "dlc" else "gpu_serve"
+        self.runtime = inference_runtime(getattr(image, "kind", None))
         image = image_from_parameter(self, image, config, "inference")
         self.image = image
 

@@ -12,7 +12,7 @@ from stacks.config._base import AccountId, Allowed, StrictModel, duplicates, kno
 from stacks.config.data import DataConfig
 from stacks.config.fleets import FleetsConfig
 from stacks.config.gitops import GitOpsConfig
-from stacks.config.images import ImagesConfig, ImageSpec, image_cuda_version
+from stacks.config.images import ImagesConfig, ImageSpec, image_cuda_version, inference_runtime
 from stacks.config.inference import InferenceConfig
 from stacks.config.network import NetworkConfig
 from stacks.config.pipeline import PipelineConfig
@@ -123,7 +123,7 @@ class EnvConfig(StrictModel):
 
     @model_validator(mode="after")
     def _dlc_batching(self) -> EnvConfig:
-        if self.images.inference.kind != "dlc":
+        if inference_runtime(self.images.inference.kind) != "torchserve":
             return self
         from gpu_constructs.dlc import dlc_batching_problem
 
@@ -138,7 +138,7 @@ class EnvConfig(StrictModel):
         """Endpoints of an image that runs gpu_serve: its variables in ``environment`` (and those batching sets)
         are read here by the server's own parser, so a value it would refuse at start fails the synth instead
         of the endpoint's health check, minutes into a deploy."""
-        if self.images.inference.kind == "dlc":
+        if inference_runtime(self.images.inference.kind) != "gpu_serve":
             return self
         from gpu_constructs.endpoint.batching import GPU_SERVE_BATCHING_ENV
         from gpu_serve.config import ENV_VARS, ServeConfig

@@ -94,6 +94,16 @@ class ImagesConfig(StrictModel):
         return self
 
 
+InferenceRuntime = Literal["torchserve", "gpu_serve"]
+
+
+def inference_runtime(kind: str | None) -> InferenceRuntime:
+    """The model server an inference image of ``kind`` runs: the stock DLC runs TorchServe (with the SageMaker
+    PyTorch toolkit's handler); the platform's image, built (``codebuild``/``asset``) or pushed (``ecr``), runs
+    gpu_serve. Its batching variables, log metrics and environment checks follow from it."""
+    return "torchserve" if kind == "dlc" else "gpu_serve"
+
+
 def image_cuda_version(spec: ImageSpec, usage: Literal["training", "inference"]) -> str | None:
     """The CUDA version of a configured image: the DLC table's for ``dlc``, ``cuda_version`` otherwise (may be None)."""
     if spec.kind != "dlc":

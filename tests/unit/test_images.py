@@ -413,3 +413,14 @@ def test_prod_builds_in_codebuild(synth) -> None:
     template.resource_count_is("AWS::CodeBuild::Project", 1)
     platform = synth("prod").platform
     assert platform.images.training_image.kind == "codebuild" and platform.images.training_image.cuda_version == "12.8"
+
+
+def test_the_inference_runtime_follows_the_image_kind() -> None:
+    from stacks.config.images import IMAGE_KINDS, inference_runtime
+
+    assert {kind: inference_runtime(kind) for kind in IMAGE_KINDS} == {
+        "dlc": "torchserve",
+        "codebuild": "gpu_serve",
+        "asset": "gpu_serve",
+        "ecr": "gpu_serve",
+    }
