@@ -311,8 +311,8 @@ def render(
         "fp32), JSON request of one sample, JSON response."
     )
     why = (
-        "Why: a convnet this small pays a fixed cost per operator (dispatch, allocation, small feature maps "
-        "that keep the vector units half idle), which a batch pays once for all its rows. "
+        "Why: a convnet this small pays a fixed cost per operator (dispatch, allocation), which a batch pays "
+        "once for all its rows. "
         f"{forward_line(info['forward_ms'])} "
         if convnet
         else f"Why: at batch 1 every request re-reads all {info['params_m'] * 4:.0f} MB of weights; a batch reads "
