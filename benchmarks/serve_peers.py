@@ -954,7 +954,22 @@ def run_cell(
     cpu0, wait0 = tree_cpu_seconds(server.pid), tree_wait_seconds(server.pid)
     run = asyncio.run(closed_loop(server.port, requests, n, total))
     cpu, wait = tree_cpu_seconds(server.pid) - cpu0, tree_wait_seconds(server.pid) - wait0
+    check_answered(server, run)
     return run, cpu, server.batches.new_batches(), wait
+
+
+def check_answered(server: Server, run: LoadResult) -> None:
+    """Stop the benchmark when a server died or stopped answering during a run: requests that got no answer at
+    all would otherwise count as (very fast) throughput. HTTP error statuses are reported, not fatal."""
+    unanswered = run.statuses.get(0, 0)
+    died = server.proc is not None and server.proc.poll() is not None
+    if died or unanswered > max(1, run.requests // 100):
+        state = f"exited with {server.proc.returncode}" if died and server.proc else "is still running"
+        raise RuntimeError(
+            f"{server.name}: {unanswered} of {run.requests} requests at N={run.concurrency} got no answer (no "
+            f"connection, a reset or a {REQUEST_TIMEOUT_S:g} s timeout); the server {state}. Its log:\n"
+            f"{server.log_tail()}"
+        )
 
 
 def measure(
@@ -1478,4 +1493,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except RuntimeError as exc:  # a server that would not start or stopped answering, a peer venv that failed
+        print(f"serve_peers: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

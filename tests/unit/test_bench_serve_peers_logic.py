@@ -32,7 +32,9 @@ from benchmarks.serve_peers import (
     BusyNeighbours,
     Cell,
     LoadResult,
+    Server,
     behind,
+    check_answered,
     closed_loop,
     decode_sample,
     descendants,
@@ -218,6 +220,26 @@ def test_cell_reports_median_spread_cpu_batches_and_errors() -> None:
     assert cell.pct(50) == 2.0
     # 300 requests in 1/100 + 1/300 + 1/200 s x 100 = 1.833 s of runs, 1.5 CPU s: 0.82 cores
     assert cell.cores == pytest.approx(1.5 / (100 / 100 + 100 / 300 + 100 / 200))
+
+
+def test_a_run_with_unanswered_requests_or_a_dead_server_stops_the_benchmark(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    server = Server("litserve", [], {}, tmp_path, 1, "/predict", BatchLog(tmp_path / "b.log", "plain"), proc=proc)
+    server.log.write_text("Traceback ...\nRuntimeError: worker died\n")
+    try:
+        check_answered(server, LoadResult(8, 100, 1.0, [1.0] * 100, Counter({200: 99, 0: 1})))  # 1%: tolerated
+        with pytest.raises(RuntimeError, match=r"litserve: 300 of 300 requests at N=8 got no answer.*still running"):
+            check_answered(server, LoadResult(8, 300, 0.01, [0.1] * 300, Counter({0: 300})))
+        proc.kill()
+        proc.wait()
+        with pytest.raises(RuntimeError, match=r"(?s)exited with -9\. Its log:\n.*RuntimeError: worker died"):
+            check_answered(server, LoadResult(8, 100, 1.0, [1.0] * 100, Counter({200: 100})))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_busy_run_writes_its_own_section_and_plot() -> None:
