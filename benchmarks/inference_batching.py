@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import write_section
+from benchmarks._report import LoadCurve, plot_load_curves, write_section
 from gpu_serve.process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,32 +252,17 @@ def predict_once(srv: ServerProcess, body: bytes, content_type: str = "applicati
 
 # -- report -------------------------------------------------------------------------------------------------
 def plot(results: dict[str, list[RunResult]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for label, runs in results.items():
-        ns = [r.concurrency for r in runs]
-        ax1.plot(ns, [r.throughput for r in runs], marker="o", label=label)
-        (line,) = ax2.plot(ns, [r.pct(99) for r in runs], marker="o", label=f"{label} p99")
-        ax2.plot(ns, [r.pct(50) for r in runs], marker="x", ls="--", color=line.get_color(), label=f"{label} p50")
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([r.concurrency for r in next(iter(results.values()))])
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_xlabel("concurrent clients (N)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax1.set_ylabel("throughput (requests/s)")
-    ax2.set_ylabel("latency (ms)")
-    ax2.set_yscale("log")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    curves = [
+        LoadCurve(
+            label,
+            [r.concurrency for r in runs],
+            [r.throughput for r in runs],
+            [r.pct(50) for r in runs],
+            [r.pct(99) for r in runs],
+        )
+        for label, runs in results.items()
+    ]
+    plot_load_curves(curves, path, title, "throughput (requests/s)")
 
 
 def forward_line(costs: dict[int, float]) -> str:

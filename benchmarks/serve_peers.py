@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _peers
-from benchmarks._report import write_section
+from benchmarks._report import LoadCurve, plot_load_curves, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "serve-peers"
@@ -1247,37 +1247,18 @@ def render(
 
 
 def plot(cells: Mapping[str, Sequence[Cell]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, row in cells.items():
-        ns = [c.concurrency for c in row]
-        tput = [c.throughput for c in row]
-        err = [
-            [t - c.spread[0] for t, c in zip(tput, row, strict=True)],
-            [c.spread[1] - t for t, c in zip(tput, row, strict=True)],
-        ]
-        ax1.errorbar(ns, tput, yerr=err, marker="o", capsize=3, label=LABELS[name])
-        (line,) = ax2.plot(ns, [c.pct(99) for c in row], marker="o", label=f"{LABELS[name]} p99")
-        ax2.plot(ns, [c.pct(50) for c in row], marker="x", ls="--", color=line.get_color(), label=f"{LABELS[name]} p50")
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([c.concurrency for c in next(iter(cells.values()))])
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_xlabel("concurrent clients (N)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax1.set_ylabel("requests/s (median, min-max of rounds)")
-    ax2.set_ylabel("latency (ms)")
-    ax2.set_yscale("log")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    curves = [
+        LoadCurve(
+            LABELS[name],
+            [c.concurrency for c in row],
+            [c.throughput for c in row],
+            [c.pct(50) for c in row],
+            [c.pct(99) for c in row],
+            spread=[c.spread for c in row],
+        )
+        for name, row in cells.items()
+    ]
+    plot_load_curves(curves, path, title, "requests/s (median, min-max of rounds)")
 
 
 # -- main ---------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ tests); this checks the report logic that decides which docs/benchmarks.md secti
 from __future__ import annotations
 
 from argparse import Namespace
+from pathlib import Path
 
 from benchmarks.inference_batching import RunResult, plot_path, render, section_name
 
@@ -50,3 +51,22 @@ def test_a_ratio_under_2x_is_reported_as_not_met() -> None:
     markdown, ok = render(_results(100.0, 150.0), _args("mlp"), _info(), 32, {})
     assert "(MLP, JSON requests)" in markdown and "MB of weights" in markdown
     assert "**NOT met**" in markdown and not ok
+
+
+def test_both_load_benchmarks_draw_their_curves_with_the_shared_plot(tmp_path: Path) -> None:
+    from collections import Counter
+
+    from benchmarks.inference_batching import plot
+    from benchmarks.serve_peers import Cell, LoadResult
+    from benchmarks.serve_peers import plot as peers_plot
+
+    plot(_results(100.0, 300.0), tmp_path / "batching.png", "batching")
+    cells = {}
+    for name in ("gpu_serve", "torchserve"):
+        cell = Cell(name, 8)
+        for tput in (90.0, 110.0):
+            cell.add(LoadResult(8, 100, 100 / tput, [5.0, 9.0], Counter({200: 100})), 0.1, [4])
+        cells[name] = [cell]
+    peers_plot(cells, tmp_path / "peers.png", "peers")
+    for name in ("batching.png", "peers.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
