@@ -2,7 +2,7 @@
 
 The key of a package holds the SHA-256 of its bytes (``gpu_constructs.training_spec.code_package.code_s3_key``),
 so an object that already has the key holds the same bytes: :func:`upload_package` asks S3 first
-(``HeadObject``) and uploads only when the key is new, so launching again from an unchanged folder sends
+(a listing of that one key) and uploads only when the key is new, so launching again from an unchanged folder sends
 nothing. The object is encrypted with the setup's KMS key (SSE-KMS: ``PutObject`` with
 ``ServerSideEncryption=aws:kms`` and ``SSEKMSKeyId``; Amazon S3 User Guide, "Using server-side encryption
 with AWS KMS keys (SSE-KMS)").
@@ -17,34 +17,31 @@ from gpuctl.aws_errors import AwsProblem, explain
 
 __all__ = ["upload_package"]
 
-#: HeadObject answers a missing key with HTTP 404 and no error body, so botocore's error code is ``404``
-#: (``NoSuchKey`` / ``NotFound`` are what other clients and stubs report).
-_MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
-
-
 def _size(n: int) -> str:
     return f"{n / 1024**2:.1f} MiB" if n >= 1024**2 else f"{n / 1024:.1f} KiB"
 
 
 def _exists(s3_client: Any, bucket: str, key: str) -> bool:
+    """Whether ``key`` is in the bucket, asked with a listing of exactly that key (``ListObjectsV2`` with
+    ``Prefix=key``), which S3 authorizes as ``s3:ListBucket`` with ``s3:prefix`` = the key: what
+    ``TrainingPipeline.grant_run_jobs`` grants. (``HeadObject`` would need a listing permission on the bucket
+    that no ``s3:prefix`` condition can narrow, since HeadObject sends no prefix: without it S3 answers a missing
+    key with 403 instead of 404; Amazon S3 API Reference, HeadObject, "Permissions".)"""
     try:
-        s3_client.head_object(Bucket=bucket, Key=key)
+        listing = s3_client.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
     except Exception as exc:
         response: dict[str, Any] = getattr(exc, "response", None) or {}
         code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-        if code in _MISSING_CODES:
-            return False
-        if code == "403":
-            # S3 answers 403 instead of 404 for a missing key when the caller may not list the bucket, and a
-            # HEAD response has no body to say which (Amazon S3 API Reference, HeadObject).
+        if code in ("AccessDenied", "403"):
             raise AwsProblem(
-                f"S3 refused HeadObject on s3://{bucket}/{key} (403 Forbidden).",
-                f"use a role that may read and list s3://{bucket}/code/ (s3:GetObject, s3:ListBucket) and "
-                "write it (s3:PutObject, kms:GenerateDataKey on the setup's key)",
+                f"S3 refused ListObjectsV2 of s3://{bucket}/{key} (AccessDenied).",
+                f"use a role that may list and read s3://{bucket}/{key.rsplit('/', 2)[0]}/ (s3:ListBucket with that "
+                "s3:prefix, s3:GetObject) and write it (s3:PutObject, kms:GenerateDataKey on the setup's key): "
+                "TrainingPipeline.grant_run_jobs grants exactly this",
                 "AccessDenied",
             ) from exc
-        raise explain(exc, operation="HeadObject") from exc
-    return True
+        raise explain(exc, operation="ListObjectsV2") from exc
+    return any(item.get("Key") == key for item in listing.get("Contents") or [])
 
 
 def upload_package(

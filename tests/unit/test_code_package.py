@@ -612,24 +612,32 @@ def test_upload_puts_the_package_once_with_the_kms_key(source: Path) -> None:
 @mock_aws
 def test_upload_to_a_missing_bucket_is_explained() -> None:
     s3 = boto3.client("s3", region_name="us-east-1")
-    # Real S3 answers HeadObject on a missing bucket with a bare 404 (then PutObject fails); moto names the bucket.
-    with pytest.raises(AwsProblem, match=r"(HeadObject|PutObject) failed: NoSuchBucket: The specified bucket"):
+    with pytest.raises(AwsProblem, match=r"ListObjectsV2 failed: NoSuchBucket: The specified bucket"):
         upload_package(s3, "no-such-bucket", "code/x/sourcedir.tar.gz", b"x", None, progress=lambda _: None)
 
 
 class _Forbidden:
-    def head_object(self, **_: Any) -> None:
-        raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, "HeadObject")
+    def list_objects_v2(self, **_: Any) -> None:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "ListObjectsV2")
 
     def put_object(self, **_: Any) -> None:  # pragma: no cover - never reached
-        raise AssertionError("no upload after a refused HeadObject")
+        raise AssertionError("no upload after a refused listing")
 
 
-def test_upload_explains_a_refused_head_object() -> None:
+def test_upload_explains_a_refused_listing() -> None:
     with pytest.raises(AwsProblem) as caught:
-        upload_package(_Forbidden(), "bucket", "code/k", b"x", "key", progress=lambda _: None)
+        upload_package(_Forbidden(), "bucket", "code/p/abc/sourcedir.tar.gz", b"x", "key", progress=lambda _: None)
     assert caught.value.code == "AccessDenied"
-    assert "S3 refused HeadObject on s3://bucket/code/k (403 Forbidden)." in str(caught.value)
+    assert "S3 refused ListObjectsV2 of s3://bucket/code/p/abc/sourcedir.tar.gz (AccessDenied)." in str(caught.value)
+    assert "s3://bucket/code/p/" in str(caught.value)
+
+
+@mock_aws
+def test_a_package_whose_key_is_a_prefix_of_another_counts_as_missing() -> None:
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="code-bucket")
+    s3.put_object(Bucket="code-bucket", Key="code/p/abc/sourcedir.tar.gz.old", Body=b"y")
+    assert upload_package(s3, "code-bucket", "code/p/abc/sourcedir.tar.gz", b"x", None, progress=lambda _: None)
 
 
 @pytest.mark.skipif(not DEFAULT_CODE_DIR.is_dir(), reason=f"{DEFAULT_CODE_DIR} (the built-in code) is not written yet")

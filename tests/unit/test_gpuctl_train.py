@@ -782,7 +782,7 @@ def test_source_dir_is_uploaded_once_with_the_setups_kms_key(
     argv = ["train", "--spec", str(spec_file), "--region", REGION, "--source-dir", str(source)]
 
     assert main([*argv, "--job-name", "gpu-dev-train-u1"]) == 0
-    assert aws.calls == ["s3.HeadObject", "s3.PutObject", "sagemaker.CreateTrainingJob"]
+    assert aws.calls == ["s3.ListObjectsV2", "s3.PutObject", "sagemaker.CreateTrainingJob"]
     assert f"code package uploaded: {uri} (2 files)" in capsys.readouterr().err
     head = client.head_object(Bucket=ARTIFACTS, Key=key)
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", key_arn)
@@ -791,7 +791,7 @@ def test_source_dir_is_uploaded_once_with_the_setups_kms_key(
 
     aws.calls.clear()
     assert main([*argv, "--job-name", "gpu-dev-train-u2"]) == 0
-    assert aws.calls == ["s3.HeadObject", "sagemaker.CreateTrainingJob"]  # same content: no second PutObject
+    assert aws.calls == ["s3.ListObjectsV2", "sagemaker.CreateTrainingJob"]  # same content: no second PutObject
     captured = capsys.readouterr()
     assert f"code package already uploaded (same content): {uri}" in captured.err
     assert "started gpu-dev-train-u2" in captured.out

@@ -332,9 +332,13 @@ class TrainingPipeline(RoleConnectable, Construct):
             raise ValidationError(path_of(self), f"source_dir {source_dir}: {exc.detail}") from None
         self.code_asset = s3_assets.Asset(self, "Code", path=str(package_file))
         self.driver_asset = s3_assets.Asset(self, "Driver", path=str(ensure_driver()))
+        # SageMaker lists every S3Prefix channel with the execution role before it downloads it, even when the
+        # prefix is one object's key (gpu_constructs.authz.journeys): each read grant comes with its listing.
         for asset in (self.code_asset, self.driver_asset):
-            grant_objects(self.role, asset.bucket, asset.s3_object_key, read=True)
-        grant_objects(self.role, self.storage.artifacts_bucket, f"{self.code_prefix}*", read=True)
+            grant_objects(self.role, asset.bucket, asset.s3_object_key, read=True, list_prefix=asset.s3_object_key)
+        grant_objects(
+            self.role, self.storage.artifacts_bucket, f"{self.code_prefix}*", read=True, list_prefix=self.code_prefix
+        )
         return TrainingCode(
             source_s3_uri=self.code_asset.s3_object_url,
             drivers_s3_uri=self.driver_asset.s3_object_url,
@@ -458,7 +462,8 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.storage.grant_read_datasets(role, source)
         self.storage.datasets_bucket.grant_put(role, f"{prefix}*")
         self.image.grant_pull(role)
-        grant_objects(role, self.driver_asset.bucket, self.driver_asset.s3_object_key, read=True)
+        driver_key = self.driver_asset.s3_object_key
+        grant_objects(role, self.driver_asset.bucket, driver_key, read=True, list_prefix=driver_key)
         self.prepare_role = role
         it = lookup(prepare.instance_type, where=path_of(self))
         spec = ShardingJobSpec(

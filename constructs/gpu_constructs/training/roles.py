@@ -208,6 +208,14 @@ def grant_run_jobs(pipeline: TrainingPipeline, grantee: iam.IGrantable) -> iam.G
         actions=["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
         resource_arns=[log_group_arn(stack, f"{TRAINING_NAMESPACE}:*")],
     )
-    # gpuctl train --source-dir: upload code packages (content-addressed, checked with HeadObject first).
-    grant_objects(grantee, pipeline.storage.artifacts_bucket, f"{pipeline.code_prefix}*", read=True, write=True)
+    # gpuctl train --source-dir: upload code packages (content-addressed: a listing of the package's key first
+    # says whether it is there, gpuctl.code_upload).
+    grant_objects(
+        grantee,
+        pipeline.storage.artifacts_bucket,
+        f"{pipeline.code_prefix}*",
+        read=True,
+        write=True,
+        list_prefix=pipeline.code_prefix,
+    )
     return grant
