@@ -58,6 +58,7 @@ __all__ = [
     "dlami_ami_type",
     "dlami_ssm_parameter_name",
     "lustre_client_install",
+    "lustre_client_lines",
 ]
 
 Framework = Literal["base", "pytorch"]
@@ -86,15 +87,39 @@ ROOT_DEVICE_NAMES: dict[OperatingSystem, str] = {
     "amazon-linux-2023": "/dev/xvda",
 }
 
-#: DLAMI flavours (framework, os, cpu_arch) that ship the FSx for Lustre client for their own kernel.
-#: Source: the DLAMI developer guide's release notes, "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.11
-#: (Ubuntu 24.04) 20260815" and "... PyTorch 2.12 (Ubuntu 24.04) 20260822" (x86_64), whose "Added packages"
-#: install ``lustre-client-modules-6.17.0-1020-aws-2.15.6-1fsx33`` with the new kernel
-#: (https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpupt212oss-ul2404-2026-08-24.html).
-#: No release note of the base OSS DLAMIs, of the arm64 images or of the Amazon Linux 2023 images lists a
-#: Lustre package, so those install the client at boot (:func:`lustre_client_install`). A pinned image
-#: may state its own fact (``DlamiImage(lustre_client_preinstalled=...)``).
-LUSTRE_CLIENT_PREINSTALLED: frozenset[tuple[str, str, str]] = frozenset({("pytorch", "ubuntu-24.04", "x86_64")})
+#: DLAMI lines (framework, framework version, os, cpu_arch) whose release notes list the FSx for Lustre client
+#: among the image's packages. The fact is per line, not per framework and OS: the notes of one PyTorch line
+#: on Ubuntu 24.04 list it and those of another do not. These notes of the DLAMI developer guide list it in
+#: "Added packages", built for the image's kernel:
+#:
+#: * "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.11 (Ubuntu 24.04) 20260815" (x86_64, kernel
+#:   6.17.0-1020-aws): ``lustre-client-modules-6.17.0-1020-aws-2.15.6-1fsx33``
+#:   (https://docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpupt211oss-ul2404-2026-08-17.html);
+#: * "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.12 (Ubuntu 24.04) 20260822" (x86_64, kernel
+#:   6.17.0-1020-aws): ``lustre-client-modules-6.17.0-1020-aws-2.15.6-1fsx33``
+#:   (https://docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpupt212oss-ul2404-2026-08-24.html).
+#:
+#: A line is added here only when its own notes say so: no note of another line was found to list a Lustre
+#: package (the PyTorch 2.9 (Ubuntu 24.04) notes 20260103 and 20260317 add no package at all; the arm64,
+#: Amazon Linux 2023 and base notes found list none). Every other line installs the client at boot
+#: (:func:`lustre_client_install`), which needs a route to a package repository, and a fleet without one is
+#: refused at synth. A pinned image may state its own fact (``DlamiImage(lustre_client_preinstalled=...)``).
+LUSTRE_CLIENT_PREINSTALLED: frozenset[tuple[str, str, str, str]] = frozenset(
+    {
+        ("pytorch", "2.11", "ubuntu-24.04", "x86_64"),
+        ("pytorch", "2.12", "ubuntu-24.04", "x86_64"),
+    }
+)
+
+
+def lustre_client_lines() -> str:
+    """The DLAMI lines of :data:`LUSTRE_CLIENT_PREINSTALLED`, as an "allowed" text."""
+    lines = sorted(LUSTRE_CLIENT_PREINSTALLED, key=lambda k: (k[0], k[2], k[3], tuple(map(int, k[1].split(".")))))
+    return ", ".join(
+        f"framework={framework!r} pytorch_version={version!r} os={os!r} cpu_arch={arch!r}"
+        for framework, version, os, arch in lines
+    )
+
 
 LustreClientInstall = Literal["preinstalled", "fsx-apt-repository", "amazon-linux-repository"]
 
@@ -127,11 +152,13 @@ LUSTRE_INSTALL_ROUTE: dict[LustreClientInstall, str | None] = {
 
 
 def lustre_client_install(
-    framework: str, os: str, cpu_arch: str, preinstalled: bool | None = None
+    framework: str, framework_version: str | None, os: str, cpu_arch: str, preinstalled: bool | None = None
 ) -> LustreClientInstall:
-    """How a DLAMI flavour gets the Lustre client: ``preinstalled``, or the documented install of its OS."""
-    ships = (framework, os, cpu_arch) in LUSTRE_CLIENT_PREINSTALLED if preinstalled is None else preinstalled
-    return "preinstalled" if ships else LUSTRE_INSTALL_BY_OS[os]
+    """How a DLAMI line gets the Lustre client: ``preinstalled`` (its release notes list the client, or
+    ``preinstalled=True`` for a pinned image), or else the documented install of its OS."""
+    if preinstalled is None:
+        preinstalled = (framework, framework_version or "", os, cpu_arch) in LUSTRE_CLIENT_PREINSTALLED
+    return "preinstalled" if preinstalled else LUSTRE_INSTALL_BY_OS[os]
 
 
 #: Python of the PyTorch DLAMIs (release notes: ``python_location``).
@@ -179,8 +206,9 @@ class DlamiImage:
     :param cuda_version: the CUDA version the workload on this image uses, e.g. ``"12.8"`` (default:
         unknown, not checked).
     :param lustre_client_preinstalled: whether the image ships the Lustre client for its kernel (default:
-        the documented fact of the flavour, :data:`LUSTRE_CLIENT_PREINSTALLED`); set it for a pinned image
-        you built with the client, so a fleet on it needs no package repository.
+        the documented fact of the line, :data:`LUSTRE_CLIENT_PREINSTALLED`: PyTorch 2.11 and 2.12 on Ubuntu
+        24.04 x86_64); set it for a pinned image you built with the client, so a fleet on it needs no
+        package repository.
     """
 
     framework: Framework = "base"
@@ -339,7 +367,15 @@ class DlamiImage:
     @property
     def lustre_client_install(self) -> LustreClientInstall:
         """How an instance of this image gets the Lustre client (see :func:`lustre_client_install`)."""
-        return lustre_client_install(self.framework, self.os, self.cpu_arch, self.lustre_client_preinstalled)
+        return lustre_client_install(
+            self.framework, self.pytorch_version, self.os, self.cpu_arch, self.lustre_client_preinstalled
+        )
+
+    @property
+    def line_name(self) -> str:
+        """The DLAMI line in words, e.g. ``pytorch 2.12 ubuntu-24.04 x86_64`` or ``base ubuntu-22.04 x86_64``."""
+        version = f" {self.pytorch_version}" if self.pytorch_version else ""
+        return f"{self.framework}{version} {self.os} {self.cpu_arch}"
 
     @property
     def torch_python(self) -> str | None:

@@ -45,7 +45,11 @@ class DlamiConfig(StrictModel):
         "ubuntu-22.04", description="Operating system of the DLAMI"
     )
     pytorch_version: str | None = Field(
-        None, description="framework pytorch: the PyTorch line, MAJOR.MINOR (e.g. '2.9'); null for base"
+        None,
+        description=(
+            "framework pytorch: the PyTorch line, MAJOR.MINOR (e.g. '2.12'); null for base. 2.11 and 2.12 on "
+            "ubuntu-24.04 x86_64 ship the Lustre client; other lines install it at boot (needs a NAT on Ubuntu)"
+        ),
     )
     ami_ids: dict[str, str] | None = Field(
         None,

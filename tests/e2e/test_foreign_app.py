@@ -133,8 +133,8 @@ def build_and_synth(outdir: str) -> dict[str, Any]:
         vpc=vpc,
         fleet_name="acme-workbench",
         instance_type="g5.xlarge",
-        # The PyTorch DLAMI on Ubuntu 24.04 ships the Lustre client: nothing to install from the internet.
-        image=DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9"),
+        # The PyTorch 2.12 DLAMI on Ubuntu 24.04 ships the Lustre client: nothing to install from the internet.
+        image=DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.12"),
         # Their isolated subnets have no NAT; these endpoints exist in their VPC (declared: nothing is looked up).
         reachability=NetworkReachability.of(*FLEET_ENDPOINTS, internet=False),
         volume_key=key,

@@ -41,6 +41,22 @@ def test_dev_and_prod_load() -> None:
     assert prod.data.log_retention_days > dev.data.log_retention_days
 
 
+def test_dev_fleet_mounts_lustre_on_a_dlami_line_that_ships_the_client() -> None:
+    """dev has no NAT (nat_gateways: 0): its Lustre-mounting fleet must run a DLAMI line whose release notes
+    list the Lustre client (dlami.LUSTRE_CLIENT_PREINSTALLED), or the fleet is refused at synth."""
+    dev = load_config("dev")
+    (workbench,) = [g for g in dev.fleets.groups if g.name == "workbench"]
+    assert workbench.mount_lustre and dev.network.nat_gateways == 0
+    image = workbench.dlami_image()
+    assert (image.framework, image.pytorch_version, image.os, image.cpu_arch) == (
+        "pytorch", "2.12", "ubuntu-24.04", "x86_64"
+    )  # fmt: skip
+    assert image.lustre_client_install == "preinstalled"
+    assert image.ssm_parameter_name == (
+        "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.12-ubuntu-24.04/latest/ami-id"
+    )
+
+
 def test_config_is_frozen() -> None:
     cfg = load_config("dev")
     with pytest.raises(Exception, match="frozen"):

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_constructs.dlami import DlamiImage, dlami_ssm_parameter_name
+from gpu_constructs.dlami import (
+    LUSTRE_CLIENT_PREINSTALLED,
+    DlamiImage,
+    dlami_ssm_parameter_name,
+    lustre_client_install,
+    lustre_client_lines,
+)
 from gpu_constructs.errors import ValidationError
 
 W = "Fleet"
@@ -28,6 +34,10 @@ W = "Fleet"
         (
             {"framework": "pytorch", "pytorch_version": "2.9", "os": "ubuntu-24.04"},
             "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id",
+        ),
+        (  # the dev fleet's line: "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.12 (Ubuntu 24.04)"
+            {"framework": "pytorch", "pytorch_version": "2.12", "os": "ubuntu-24.04"},
+            "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.12-ubuntu-24.04/latest/ami-id",
         ),
         (
             {"framework": "pytorch", "pytorch_version": "2.7", "cpu_arch": "arm64"},
@@ -177,28 +187,52 @@ def test_sagemaker_spelling_and_fractional_gpus_are_rejected() -> None:
         DlamiImage.from_ssm().check_instance_type("g5.xlarg", where=W)
 
 
-# -- Lustre client (issue 12): which flavours ship it, how the others install it -------------------------
+# -- Lustre client (issue 12): which DLAMI lines ship it, how the others install it -----------------------
+
+
+def test_lustre_client_fact_is_keyed_by_framework_version() -> None:
+    # Exactly the lines whose release notes list lustre-client-modules-<kernel> (dlami.LUSTRE_CLIENT_PREINSTALLED).
+    assert frozenset({
+        ("pytorch", "2.11", "ubuntu-24.04", "x86_64"),
+        ("pytorch", "2.12", "ubuntu-24.04", "x86_64"),
+    }) == LUSTRE_CLIENT_PREINSTALLED  # fmt: skip
+    assert lustre_client_lines() == (
+        "framework='pytorch' pytorch_version='2.11' os='ubuntu-24.04' cpu_arch='x86_64', "
+        "framework='pytorch' pytorch_version='2.12' os='ubuntu-24.04' cpu_arch='x86_64'"
+    )
 
 
 @pytest.mark.parametrize(
-    ("framework", "os", "arch", "expected"),
+    ("framework", "version", "os", "arch", "expected"),
     [
-        ("pytorch", "ubuntu-24.04", "x86_64", "preinstalled"),  # release notes: lustre-client-modules-<kernel>
-        ("pytorch", "ubuntu-22.04", "x86_64", "fsx-apt-repository"),
-        ("base", "ubuntu-22.04", "x86_64", "fsx-apt-repository"),
-        ("base", "ubuntu-24.04", "arm64", "fsx-apt-repository"),
-        ("base", "amazon-linux-2023", "x86_64", "amazon-linux-repository"),
-        ("pytorch", "amazon-linux-2023", "arm64", "amazon-linux-repository"),
+        ("pytorch", "2.11", "ubuntu-24.04", "x86_64", "preinstalled"),  # release notes 20260815
+        ("pytorch", "2.12", "ubuntu-24.04", "x86_64", "preinstalled"),  # release notes 20260822
+        ("pytorch", "2.9", "ubuntu-24.04", "x86_64", "fsx-apt-repository"),  # its notes list no Lustre client
+        ("pytorch", "2.10", "ubuntu-24.04", "x86_64", "fsx-apt-repository"),
+        ("pytorch", "2.12", "ubuntu-24.04", "arm64", "fsx-apt-repository"),
+        ("pytorch", "2.12", "ubuntu-22.04", "x86_64", "fsx-apt-repository"),
+        ("base", None, "ubuntu-22.04", "x86_64", "fsx-apt-repository"),
+        ("base", None, "ubuntu-24.04", "x86_64", "fsx-apt-repository"),
+        ("base", None, "amazon-linux-2023", "x86_64", "amazon-linux-repository"),
+        ("pytorch", "2.12", "amazon-linux-2023", "arm64", "amazon-linux-repository"),
     ],
 )
-def test_lustre_client_install_per_flavour(framework: str, os: str, arch: str, expected: str) -> None:
+def test_lustre_client_install_per_line(framework: str, version: str | None, os: str, arch: str, expected: str) -> None:
     image = DlamiImage(
         framework=framework,  # type: ignore[arg-type]
         os=os,  # type: ignore[arg-type]
         cpu_arch=arch,  # type: ignore[arg-type]
-        pytorch_version="2.9" if framework == "pytorch" else None,
+        pytorch_version=version,
     )
     assert image.lustre_client_install == expected
+    assert lustre_client_install(framework, version, os, arch) == expected
+
+
+def test_dlami_line_name() -> None:
+    assert DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.12").line_name == (
+        "pytorch 2.12 ubuntu-24.04 x86_64"
+    )
+    assert DlamiImage.from_ssm("base", "ubuntu-24.04", "arm64").line_name == "base ubuntu-24.04 arm64"
 
 
 def test_pinned_image_can_declare_its_lustre_client() -> None:

@@ -24,7 +24,7 @@ from gpu_constructs.network import NetworkReachability
 
 DNS = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"
 #: Ships the Lustre client (dlami.LUSTRE_CLIENT_PREINSTALLED): mounts without a package repository.
-PYTORCH_UBUNTU_2404 = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
+PYTORCH_UBUNTU_2404 = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.12")
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
@@ -76,7 +76,7 @@ def spot_fleet() -> tuple[GpuFleet, assertions.Template, cdk.Stack]:
         vpc=vpc,
         fleet_name="gpu-dev-workbench",
         instance_type="g5.xlarge",
-        image=DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9"),
+        image=PYTORCH_UBUNTU_2404,
         volume_key=volume_key,
         security_group=sg,
         max_capacity=2,
@@ -166,7 +166,7 @@ def test_image_comes_from_the_dlami_ssm_parameter_at_deploy_time(spot_fleet: Any
     for (_, template, _), name in (
         (
             spot_fleet,
-            "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id",
+            "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.12-ubuntu-24.04/latest/ami-id",
         ),
         (efa_fleet, "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
     ):
@@ -804,8 +804,8 @@ def test_lustre_client_install_routes() -> None:
     vpc = _vpc(stack, endpoints=())
     lustre = StandInLustre(stack, "L", vpc)
     private = NetworkReachability.of(*fleet_endpoints(), "s3")
-    # The PyTorch Ubuntu 24.04 DLAMI ships the client; AL2023 installs it from the Region's S3 repositories.
-    pytorch = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
+    # The PyTorch 2.12 Ubuntu 24.04 DLAMI ships the client; AL2023 installs it from the Region's S3 repositories.
+    pytorch = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.12")
     assert pytorch.lustre_client_install == "preinstalled"
     _fleet(stack, vpc, image=pytorch, file_system=lustre, reachability=private)
     al2023 = DlamiImage.from_ssm("base", "amazon-linux-2023")
@@ -817,6 +817,46 @@ def test_lustre_client_install_routes() -> None:
         GpuFleet(stack, "Al2", vpc=vpc, fleet_name="al2", instance_type="g5.xlarge", image=al2023,
                  volume_key=kms.Key(stack, "K3"), file_system=lustre,
                  reachability=NetworkReachability.of(*fleet_endpoints()))  # fmt: skip
+
+
+def test_pytorch_line_whose_notes_list_no_lustre_client_is_refused_without_nat() -> None:
+    """The old dev fleet: PyTorch 2.9 on Ubuntu 24.04, no NAT. Its release notes list no Lustre client, so the
+    boot script would have to install it from the FSx apt repository on the internet: refused at synth."""
+    stack = _stack()
+    vpc = _vpc(stack, endpoints=())
+    old_dev = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
+    assert old_dev.lustre_client_install == "fsx-apt-repository"
+    with pytest.raises(ValidationError) as caught:
+        _fleet(stack, vpc, image=old_dev, file_system=StandInLustre(stack, "L", vpc),
+               reachability=NetworkReachability.of(*fleet_endpoints(), "s3"))  # fmt: skip
+    assert caught.value.where == "T/F"
+    assert str(caught.value) == (
+        "T/F: Lustre client install (fsx-apt-repository, ubuntu-24.04: the DLAMI pytorch 2.9 ubuntu-24.04 x86_64 "
+        "does not ship it) needs a package repository on the internet; allowed: a NAT path for the fleet's "
+        "subnets (config network.nat_gateways >= 1, GpuNetwork(nat_gateways=...)), or an image that ships the "
+        "client: a DLAMI line whose release notes list it (framework='pytorch' pytorch_version='2.11' "
+        "os='ubuntu-24.04' cpu_arch='x86_64', framework='pytorch' pytorch_version='2.12' os='ubuntu-24.04' "
+        "cpu_arch='x86_64'; config fleets.groups[].image), or a pinned image built with it "
+        "(DlamiImage.pinned(..., lustre_client_preinstalled=True)) "
+        "(reachability: declared: endpoints [autoscaling, ec2_messages, logs, monitoring, s3, ssm, ssm_messages], "
+        "no NAT or internet path)"
+    )
+
+
+def test_pytorch_line_without_the_client_installs_it_at_boot_with_a_nat_path() -> None:
+    stack = _stack()
+    vpc = _vpc(stack, endpoints=())
+    old_dev = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
+    fleet = _fleet(stack, vpc, image=old_dev, file_system=StandInLustre(stack, "L", vpc),
+                   reachability=NetworkReachability(internet=True))  # fmt: skip
+    assert fleet.required_services[
+        "Lustre client install (fsx-apt-repository, ubuntu-24.04: the DLAMI pytorch 2.9 ubuntu-24.04 x86_64 "
+        "does not ship it)"
+    ] == ("internet",)
+    # The confirmed lines need nothing beyond the fleet's own endpoints.
+    shipped = _fleet(_stack(), _vpc(_stack(), endpoints=()), file_system=StandInLustre(stack, "L2", vpc),
+                     reachability=NetworkReachability.of(*fleet_endpoints(), "s3"))  # fmt: skip
+    assert not [feature for feature in shipped.required_services if feature.startswith("Lustre client install")]
 
 
 def test_fleet_mounting_lustre_launches_in_the_file_system_zone() -> None:

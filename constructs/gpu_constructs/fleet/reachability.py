@@ -10,15 +10,16 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct, IValidation
 
 from gpu_constructs.constants import FLEET_FEATURE_SERVICES, S3_GATEWAY, endpoint_service_name
-from gpu_constructs.dlami import LUSTRE_INSTALL_ROUTE, DlamiImage
+from gpu_constructs.dlami import LUSTRE_INSTALL_ROUTE, DlamiImage, lustre_client_lines
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.lustre_mount import LustreFileSystemLike
 from gpu_constructs.network import NetworkReachability, infer_reachability, select_subnets
 
 _INTERNET_PROBLEM = (
     "{feature} needs a package repository on the internet; allowed: a NAT path for the fleet's subnets (config "
-    "network.nat_gateways >= 1, GpuNetwork(nat_gateways=...)), or an image that ships the client (DlamiImage "
-    "lustre_client_preinstalled=True, or a flavour that ships it: dlami.LUSTRE_CLIENT_PREINSTALLED)"
+    "network.nat_gateways >= 1, GpuNetwork(nat_gateways=...)), or an image that ships the client: a DLAMI line "
+    "whose release notes list it ({lines}; config fleets.groups[].image), or a pinned image built with it "
+    "(DlamiImage.pinned(..., lustre_client_preinstalled=True))"
 )
 
 
@@ -29,7 +30,8 @@ def required_services(image: DlamiImage, file_system: LustreFileSystemLike | Non
         method = image.lustre_client_install
         route = LUSTRE_INSTALL_ROUTE[method]
         if route is not None:
-            needs[f"Lustre client install ({method}, {image.os}: the DLAMI does not ship it)"] = (route,)
+            feature = f"Lustre client install ({method}, {image.os}: the DLAMI {image.line_name} does not ship it)"
+            needs[feature] = (route,)
     return needs
 
 
@@ -42,7 +44,7 @@ def check_reachability(
     for feature, services in required.items():
         for service in reach.missing(services):
             if service == "internet":
-                problems.append(_INTERNET_PROBLEM.format(feature=feature))
+                problems.append(_INTERNET_PROBLEM.format(feature=feature, lines=lustre_client_lines()))
                 continue
             endpoint = endpoint_service_name(service, shown_region)
             kind = "gateway endpoint" if service == S3_GATEWAY else "interface endpoint"
