@@ -8,7 +8,8 @@
 3. checks the training channel exists;
 4. runs one training process in-process when the cluster has one process in total, otherwise starts
    ``torchrun`` with one process per GPU on every host (static rendezvous on the first host of
-   ``resourceconfig.json``), forwarding SIGTERM/SIGINT to it;
+   ``resourceconfig.json``) with the training toolkit's EFA and NCCL settings
+   (:func:`gpu_train.launcher.torchrun_env`), forwarding SIGTERM/SIGINT to it;
 5. exits 0 when the model is written, 143 when stopped by SIGTERM (after a checkpoint), 1 on failure
    with the cause in ``/opt/ml/output/failure`` (also when an epoch trains no step: see
    ``Trainer._end_of_epoch``).
@@ -36,6 +37,7 @@ from gpu_train.launcher import (
     run_forwarding_signals,
     start_pipe_demuxes,
     torchrun_command,
+    torchrun_env,
 )
 from gpu_train.process import EXIT_FAILED, EXIT_OK, StopFlag, setup_logging
 
@@ -76,6 +78,7 @@ def train(environ: dict[str, str] | None = None, *, install_signals: bool = True
 
     child_env = dict(env_vars)
     distributed_env(child_env, env.resource)
+    torchrun_env(child_env, env.resource.current_instance_type)
     demuxes = start_pipe_demuxes(env, (hp.train_channel, hp.validation_channel), nproc, child_env)
     cmd = torchrun_command(env.resource, nproc, master_port=int(env_vars.get("MASTER_PORT", DEFAULT_MASTER_PORT)))
     log.info("starting %d processes on %d hosts: %s", world, env.resource.num_hosts, " ".join(cmd))

@@ -29,9 +29,11 @@ images), for a job whose ``ContainerEntrypoint`` is overridden::
    :data:`STOP_GRACE_S` seconds to checkpoint); ``1`` failed, with the cause in ``<root>/output/failure``. Every
    start-up problem (no code, a bad entry point, requirements, framework, GPUs) ends there too.
 
-The module also holds the process plumbing that ``train`` shares: :func:`torchrun_command`,
-:func:`run_forwarding_signals`, :func:`start_pipe_demuxes` and :func:`exit_status`. It imports neither torch
-nor numpy, so ``launch`` starts in any image.
+A torchrun launch also gets the training toolkit's EFA and NCCL settings (:func:`torchrun_env`).
+
+The module also holds the process plumbing that ``train`` shares: :func:`torchrun_command`, :func:`torchrun_env`,
+:func:`run_forwarding_signals`, :func:`start_pipe_demuxes` and :func:`exit_status`. It imports neither torch nor
+numpy, so ``launch`` starts in any image.
 """
 
 from __future__ import annotations
@@ -134,6 +136,62 @@ def distributed_env(child_env: dict[str, str], resource: sagemaker.ResourceConfi
     if resource.network_interface_name:
         child_env.setdefault("NCCL_SOCKET_IFNAME", resource.network_interface_name)
         child_env.setdefault("GLOO_SOCKET_IFNAME", resource.network_interface_name)
+
+
+# The instance types on which the SageMaker training toolkit (pip package sagemaker-training 5.1.4,
+# sagemaker_training/__init__.py: SM_EFA_NCCL_INSTANCES, SM_EFA_RDMA_INSTANCES) turns on EFA for NCCL, and the
+# subset on which it also turns on EFA's device RDMA. Kept here because the launcher runs in images without the
+# toolkit; tests/containers/training/test_launcher.py compares both lists with the toolkit's.
+EFA_NCCL_INSTANCE_TYPES = frozenset(
+    {
+        "ml.g4dn.8xlarge",
+        "ml.g4dn.12xlarge",
+        "ml.g5.48xlarge",
+        "ml.p3dn.24xlarge",
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+        "ml.p5.48xlarge",
+        "ml.p5e.48xlarge",
+        "ml.trn1.32xlarge",
+        "ml.p6e-gb200.36xlarge",
+    }
+)
+EFA_RDMA_INSTANCE_TYPES = frozenset(
+    {
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+        "ml.p5.48xlarge",
+        "ml.p5e.48xlarge",
+        "ml.trn1.32xlarge",
+        "ml.p6e-gb200.36xlarge",
+    }
+)
+
+
+def torchrun_env(child_env: dict[str, str], instance_type: str | None) -> dict[str, str]:
+    """What the training toolkit's torchrun launch sets (``TorchDistributedRunner._setup`` in
+    sagemaker_training/torch_distributed.py, the DLC's ``torch_distributed`` distribution), for any number of
+    hosts: ``FI_PROVIDER=efa`` on :data:`EFA_NCCL_INSTANCE_TYPES`; ``FI_EFA_USE_DEVICE_RDMA=1`` and
+    ``RDMAV_FORK_SAFE=1`` on :data:`EFA_RDMA_INSTANCE_TYPES`; ``NCCL_PROTO=simple`` on every instance type.
+
+    As in the toolkit, which writes them into ``os.environ`` before it starts torchrun, these values replace
+    the job's own (a replaced value is logged). Returns what was set."""
+    values: dict[str, str] = {}
+    if instance_type in EFA_NCCL_INSTANCE_TYPES:
+        values["FI_PROVIDER"] = "efa"
+    if instance_type in EFA_RDMA_INSTANCE_TYPES:
+        values["FI_EFA_USE_DEVICE_RDMA"] = "1"
+        values["RDMAV_FORK_SAFE"] = "1"
+    values["NCCL_PROTO"] = "simple"
+    for name, value in values.items():
+        if child_env.get(name, value) != value:
+            log.warning(
+                "%s=%s from the job's environment replaced by %s=%s, as the SageMaker training toolkit does for "
+                "torchrun on %s",
+                name, child_env[name], name, value, instance_type or "this instance type",
+            )  # fmt: skip
+        child_env[name] = value
+    return values
 
 
 def run_forwarding_signals(cmd: list[str], env: dict[str, str], *, cwd: Path | None = None) -> tuple[int, bool]:
@@ -652,6 +710,7 @@ def launch(
         pipes = [name for name in env.channels if name != CODE_CHANNEL]
         demuxes = start_pipe_demuxes(env, pipes, job.processes_per_host, child_env)
     if job.torchrun:
+        torchrun_env(child_env, env.resource.current_instance_type)
         port, addr = int(env_vars.get("MASTER_PORT") or DEFAULT_MASTER_PORT), env_vars.get("MASTER_ADDR")
         cmd = torchrun_command(env.resource, job.processes_per_host, master_port=port, master_addr=addr, target=runner)
     else:

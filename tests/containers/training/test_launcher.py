@@ -7,7 +7,10 @@
 * ``requirements.txt``: refused without a route to a package index, installed offline from ``wheels/``;
 * SIGTERM reaches the script, which checkpoints and exits 143; the launcher exits 143 with no failure file;
 * start-up problems (no code channel, a bad entry point, an unsafe archive, a bad flag) end in the failure file;
-* TensorFlow (a stand-in module): ``TF_FORCE_GPU_ALLOW_GROWTH``, ``TF_CONFIG`` on 2 hosts, the GPU check.
+* TensorFlow (a stand-in module): ``TF_FORCE_GPU_ALLOW_GROWTH``, ``TF_CONFIG`` on 2 hosts, the GPU check;
+* torchrun's EFA and NCCL variables are those the training toolkit's own torchrun launch sets for the same tree
+  (EFA with and without RDMA, no EFA; 1 and 2 hosts; the job's own values), and its instance lists are the
+  launcher's.
 """
 
 from __future__ import annotations
@@ -640,3 +643,160 @@ def test_code_archives_are_told_by_content_not_name(tmp_path: Path) -> None:
     assert not launcher.is_code_archive(script)
     assert launcher.extract_archive(tar_path, tmp_path / "a") == 1 and (tmp_path / "a" / "train.py").is_file()
     assert launcher.extract_archive(zip_path, tmp_path / "b") == 1 and (tmp_path / "b" / "train.py").is_file()
+
+
+# ------------------------------------------------------------------- EFA: the training toolkit's torchrun settings
+
+# What the DLC's own training toolkit (sagemaker-training) does for a ``torch_distributed`` job: build its
+# TorchDistributedRunner from the /opt/ml tree (runner.get reads resourceconfig.json through
+# environment.Environment, SAGEMAKER_BASE_DIR moves the tree) and run its _setup, which writes the environment
+# torchrun then inherits (process.check_error starts it with os.environ). One process for every case: the module
+# `environment` reads SAGEMAKER_BASE_DIR when imported, so it is reloaded per tree.
+TOOLKIT_TORCHRUN_ENV = """
+import importlib, json, os, sys
+from sagemaker_training import environment, runner
+
+cases, results = json.loads(sys.argv[1]), {}
+for name, environ in cases.items():
+    os.environ.clear()
+    os.environ.update(environ)
+    importlib.reload(environment)
+    torch_distributed = runner.get(runner.TorchDistributedRunnerType, user_entry_point="train.py", args=[])
+    before = dict(os.environ)
+    torch_distributed._setup()
+    changed = sorted(k for k, v in os.environ.items() if before.get(k) != v)
+    results[name] = {"environ": dict(os.environ), "changed": changed, "instance_type": torch_distributed._instance_type}
+with open(sys.argv[2], "w") as out:
+    json.dump(results, out)
+"""
+
+EFA_VARIABLES = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_PROTO")
+# (instance type, hosts, the job's own environment): EFA with RDMA, EFA without RDMA, no EFA, no instance type.
+EFA_CASES: dict[str, tuple[str | None, int, dict[str, str]]] = {
+    **{
+        f"{instance_type}-{hosts}": (instance_type, hosts, {})
+        for instance_type in ("ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.g5.48xlarge", "ml.g5.xlarge")
+        for hosts in (1, 2)
+    },
+    "none-2": (None, 2, {}),
+    "p4d-job-values": ("ml.p4d.24xlarge", 2, {"FI_PROVIDER": "tcp", "NCCL_PROTO": "LL128", "RDMAV_FORK_SAFE": "0"}),
+    "g5-job-values": ("ml.g5.xlarge", 2, {"FI_PROVIDER": "tcp", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_PROTO": "LL"}),
+}
+
+
+def _efa_job(root: Path, name: str) -> tuple[Job, dict[str, str]]:
+    """The /opt/ml tree of one case (the launcher reads it through GPU_TRAIN_ROOT, the toolkit through
+    SAGEMAKER_BASE_DIR) and the job's environment."""
+    instance_type, hosts, own = EFA_CASES[name]
+    job = Job(root / name).configure(
+        {"expect_gpu": "false"},  # no GPU here; the instance type alone says nothing about this machine
+        channels=("code", "train"),
+        hosts=tuple(f"algo-{i + 1}" for i in range(hosts)),
+        instance_type=instance_type,
+    )
+    job.script("print('never started')\n")
+    return job, {**job.env, **own}
+
+
+@pytest.fixture(scope="module")
+def toolkit_torchrun(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Per case of :data:`EFA_CASES`: the environment the toolkit's torchrun launch gets."""
+    root = tmp_path_factory.mktemp("efa")
+    cases = {}
+    for name in EFA_CASES:
+        job, environ = _efa_job(root, name)
+        cases[name] = {**environ, "SAGEMAKER_BASE_DIR": str(job.root), "PATH": os.environ.get("PATH", "")}
+    out = root / "toolkit.json"
+    done = subprocess.run(
+        [sys.executable, "-c", TOOLKIT_TORCHRUN_ENV, json.dumps(cases), str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results: dict[str, dict[str, Any]] = json.loads(out.read_text())
+    return results
+
+
+def _started_env(monkeypatch: pytest.MonkeyPatch, module: Any, start: Callable[[], int]) -> tuple[list[str], dict]:
+    """The command and environment ``start`` hands to ``module.run_forwarding_signals`` (nothing is run)."""
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    def record(cmd: list[str], env: dict[str, str], **_: Any) -> tuple[int, bool]:
+        started.append((cmd, dict(env)))
+        return 0, False
+
+    monkeypatch.setattr(module, "run_forwarding_signals", record)
+    assert start() == 0
+    assert len(started) == 1
+    return started[0]
+
+
+def _compare(toolkit: dict[str, Any], child_env: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The variables the toolkit's torchrun launch sets (and the EFA ones in any case), in both environments."""
+    names = sorted({*toolkit["changed"], *EFA_VARIABLES})
+    return {n: child_env.get(n) for n in names}, {n: toolkit["environ"].get(n) for n in names}
+
+
+@pytest.mark.parametrize("name", list(EFA_CASES))
+def test_torchrun_gets_the_toolkits_efa_environment(
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    toolkit_torchrun: dict[str, dict[str, Any]],
+) -> None:
+    """``launch --distribution torchrun`` (the toolkit's torch_distributed also starts torchrun on one host):
+    the launcher's FI_PROVIDER, FI_EFA_USE_DEVICE_RDMA, RDMAV_FORK_SAFE, NCCL_PROTO and NCCL_SOCKET_IFNAME are
+    the toolkit's for the same tree, the job's own values included."""
+    _, environ = _efa_job(tmp_path, name)
+    toolkit = toolkit_torchrun[name]
+    assert toolkit["instance_type"] == (EFA_CASES[name][0] or "local")  # the toolkit read this tree
+    cmd, child_env = _started_env(
+        monkeypatch,
+        launcher,
+        lambda: launcher.launch("train.py", distribution="torchrun", framework="pytorch", environ=environ,
+                                install_signals=False),
+    )  # fmt: skip
+    assert "torch.distributed.run" in cmd
+    ours, theirs = _compare(toolkit, child_env)
+    assert ours == theirs
+    assert "NCCL_SOCKET_IFNAME" in theirs and theirs["NCCL_PROTO"] == "simple"  # what the toolkit's _setup sets
+    for variable, value in EFA_CASES[name][2].items():  # a job's value that is replaced is logged
+        replaced = f"{variable}={value} from the job's environment replaced by {variable}={ours[variable]}"
+        assert (replaced in caplog.text) == (ours[variable] != value)
+
+
+def test_the_built_in_trainers_torchrun_gets_the_toolkits_efa_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toolkit_torchrun: dict[str, dict[str, Any]]
+) -> None:
+    """``train`` (the image's own command) on 2 x ml.p4d.24xlarge, the production cluster."""
+    from gpu_train import entrypoint
+
+    _, environ = _efa_job(tmp_path, "ml.p4d.24xlarge-2")
+    cmd, child_env = _started_env(monkeypatch, entrypoint, lambda: entrypoint.train(environ, install_signals=False))
+    assert "--nnodes=2" in cmd
+    ours, theirs = _compare(toolkit_torchrun["ml.p4d.24xlarge-2"], child_env)
+    assert ours == theirs
+    assert {n: ours[n] for n in EFA_VARIABLES} == {
+        "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "RDMAV_FORK_SAFE": "1", "NCCL_PROTO": "simple"
+    }  # fmt: skip
+
+
+def test_a_plain_process_gets_no_efa_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--distribution single``: the toolkit's plain ProcessRunner sets none of them either."""
+    _, environ = _efa_job(tmp_path, "ml.p4d.24xlarge-2")
+    cmd, child_env = _started_env(
+        monkeypatch,
+        launcher,
+        lambda: launcher.launch("train.py", distribution="single", framework="pytorch", environ=environ,
+                                install_signals=False),
+    )  # fmt: skip
+    assert "torch.distributed.run" not in cmd
+    assert not set(EFA_VARIABLES) & set(child_env)
+
+
+def test_efa_instance_lists_are_the_toolkits() -> None:
+    """The launcher keeps its own copy (it runs in images without the toolkit); a new toolkit list fails here."""
+    from sagemaker_training import SM_EFA_NCCL_INSTANCES, SM_EFA_RDMA_INSTANCES
+
+    assert sorted(launcher.EFA_NCCL_INSTANCE_TYPES) == sorted(SM_EFA_NCCL_INSTANCES)
+    assert sorted(launcher.EFA_RDMA_INSTANCE_TYPES) == sorted(SM_EFA_RDMA_INSTANCES)
