@@ -82,6 +82,17 @@ def test_ssl_only_topic_policy_without_cloudwatch_is_a_finding() -> None:
     assert [(f.logical_id, f.id) for f in findings(RULE, tpl)] == [("Topic", f"{ID}[TopicPolicy:{CW}]")]
 
 
+def test_a_composite_alarm_is_a_publisher() -> None:
+    composite = {
+        "Type": "AWS::CloudWatch::CompositeAlarm",
+        "Properties": {"AlarmRule": 'ALARM("a")', "OKActions": [{"Ref": "Topic"}]},
+    }
+    tpl = template(Topic=topic(), Composite=composite, Policy=topic_policy())
+    assert [(f.logical_id, f.id) for f in findings(RULE, tpl)] == [("Topic", f"{ID}[TopicPolicy:{CW}]")]
+    admitted = template(Topic=topic(), Composite=composite, Policy=topic_policy(statement(CW, "sns:Publish", SOURCE)))
+    assert findings(RULE, admitted) == []
+
+
 def test_key_without_the_publisher_is_a_finding() -> None:
     tpl = template(
         Topic=topic({"Ref": "Key"}),

@@ -318,22 +318,50 @@ def test_execution_role_is_least_privilege(dev: dict) -> None:
     assert all(s["Effect"] == "Allow" and "*" not in as_list(s["Action"]) for s in statements)
 
 
-def test_alarms_input_bound_metric_math_and_idle_gpu(dev: dict) -> None:
-    alarms = [r["Properties"] for r in dev["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
-    assert len(alarms) == 2
-    bound = next(a for a in alarms if "input-bound" in a["AlarmDescription"])
-    expressions = {m["Id"]: m["Expression"] for m in bound["Metrics"]}
-    main = next(m["Expression"] for m in bound["Metrics"] if m.get("ReturnData", True))
-    # ml.g5.xlarge: 1 GPU, 4 vCPUs
-    assert main == "IF(gpu / 1 < 50 AND (cpu / 4 > 80 OR disk > 80), 1, 0)"
-    assert expressions["gpu"] == 'SELECT AVG(GPUUtilization) FROM SCHEMA("/aws/sagemaker/TrainingJobs", Host)'
-    assert "CPUUtilization" in expressions["cpu"] and "DiskUtilization" in expressions["disk"]
-    idle = next(a for a in alarms if "idle" in a["AlarmDescription"])
+def _queries(alarm: Mapping[str, Any]) -> list[str]:
+    return [m["Expression"] for m in alarm["Metrics"] if m.get("Expression", "").upper().startswith("SELECT")]
+
+
+def _watched(alarm: Mapping[str, Any]) -> str:
+    return next(m["Expression"] for m in alarm["Metrics"] if m.get("ReturnData", True))
+
+
+def test_alarms_input_bound_composite_of_single_query_alarms_and_idle_gpu(dev: dict) -> None:
+    resources = dev["Resources"]
+    alarms = {k: r["Properties"] for k, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    composites = {k: r["Properties"] for k, r in resources.items() if r["Type"] == "AWS::CloudWatch::CompositeAlarm"}
+    assert len(alarms) == 4 and len(composites) == 1
+    ((bound_id, bound),) = composites.items()
+    assert "InputBoundAlarm" in bound_id
+    part_ids = {
+        name: next(k for k in alarms if f"InputBound{name}Alarm" in k) for name in ("GpuLow", "CpuBusy", "DiskBusy")
+    }
+    # The composite: GPU low AND (CPU busy OR disk busy), by the parts' ARNs.
+    rule = "".join(p if isinstance(p, str) else f"<{p['Fn::GetAtt'][0]}>" for p in bound["AlarmRule"]["Fn::Join"][1])
+    gpu_low, cpu_busy, disk_busy = (f"<{part_ids[n]}>" for n in ("GpuLow", "CpuBusy", "DiskBusy"))
+    assert rule == f'(ALARM("{gpu_low}") AND (ALARM("{cpu_busy}") OR ALARM("{disk_busy}")))'
+    assert bound["AlarmDescription"].startswith(
+        "Training looks input-bound: average GPU utilization below 50% per GPU while CPU (per vCPU of ml.g5.xlarge) "
+        "or disk is above 80%."
+    )
+    assert bound["AlarmActions"] and bound["OKActions"] == bound["AlarmActions"]
+    # Each part holds exactly one Metrics Insights query; ml.g5.xlarge has 1 GPU and 4 vCPUs.
+    schema = 'FROM SCHEMA("/aws/sagemaker/TrainingJobs", Host)'
+    gpu, cpu, disk = (alarms[part_ids[n]] for n in ("GpuLow", "CpuBusy", "DiskBusy"))
+    assert _queries(gpu) == [f"SELECT AVG(GPUUtilization) {schema}"] and _watched(gpu) == "q / 1"
+    assert _queries(cpu) == [f"SELECT AVG(CPUUtilization) {schema}"] and _watched(cpu) == "q / 4"
+    assert _queries(disk) == [f"SELECT AVG(DiskUtilization) {schema}"] == [_watched(disk)]
+    assert (gpu["ComparisonOperator"], gpu["Threshold"]) == ("LessThanThreshold", 50)
+    for part in (cpu, disk):
+        assert (part["ComparisonOperator"], part["Threshold"]) == ("GreaterThanThreshold", 80)
+    for part in (gpu, cpu, disk):
+        assert part["EvaluationPeriods"] == 3 and part["TreatMissingData"] == "notBreaching"
+        assert not any(part.get(k) for k in ("AlarmActions", "OKActions", "InsufficientDataActions"))
+    idle = next(a for a in alarms.values() if "idle" in a["AlarmDescription"])
+    assert _queries(idle) == [f"SELECT MIN(GPUUtilization) {schema}"] and _watched(idle) == "gpumin / 1"
     assert idle["ComparisonOperator"] == "LessThanThreshold" and idle["Threshold"] == 5
-    assert idle["EvaluationPeriods"] == 6
-    for alarm in alarms:
-        assert alarm["AlarmActions"] and alarm["OKActions"]
-        assert alarm["TreatMissingData"] == "notBreaching"
+    assert idle["EvaluationPeriods"] == 6 and idle["TreatMissingData"] == "notBreaching"
+    assert idle["AlarmActions"] and idle["OKActions"]
 
 
 def test_dashboard_shows_gpu_cpu_disk_and_samples_per_sec(dev: dict) -> None:

@@ -39,6 +39,7 @@ RULE_MODULES: tuple[str, ...] = (
     "gpu_workload_instance_type",
     "topic_admits_publishers",
     "service_principal_source_condition",
+    "alarm_one_metrics_insights_query",
     "training_spot_without_checkpoint",
     "training_max_wait_below_max_runtime",
     "training_volume_kms_on_instance_storage",

@@ -30,9 +30,10 @@ only the alarm history says "Failed to execute action ... is not authorized to p
   nothing. Limit it with the SNS encryption context ``kms:EncryptionContext:aws:sns:topicArn`` instead.
 
 Publishers are found in the same template: ``AlarmActions``/``OKActions``/``InsufficientDataActions`` of an
-``AWS::CloudWatch::Alarm``, ``Targets[].Arn`` of an ``AWS::Events::Rule`` (targets with a ``RoleArn``
-publish as that role and are skipped), ``NotificationConfiguration.TopicConfigurations[].Topic`` of an
-``AWS::S3::Bucket`` and ``TopicArn`` of CDK's ``Custom::S3BucketNotifications``, each a ``Ref`` to the topic.
+``AWS::CloudWatch::Alarm`` or ``AWS::CloudWatch::CompositeAlarm``, ``Targets[].Arn`` of an ``AWS::Events::Rule``
+(targets with a ``RoleArn`` publish as that role and are skipped),
+``NotificationConfiguration.TopicConfigurations[].Topic`` of an ``AWS::S3::Bucket`` and ``TopicArn`` of CDK's
+``Custom::S3BucketNotifications``, each a ``Ref`` to the topic.
 The key is checked when ``KmsMasterKeyId`` refers to an ``AWS::KMS::Key`` (or an ``AWS::KMS::Alias`` of one)
 in the same template; a key or topic policy that cannot be read (an intrinsic function) is not judged.
 
@@ -62,6 +63,8 @@ ADMITTED_BY_DEFAULT_POLICY = frozenset({CLOUDWATCH})
 KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
 
 ALARM_ACTION_PROPERTIES = ("AlarmActions", "OKActions", "InsufficientDataActions")
+#: Metric alarms and composite alarms both notify as ``cloudwatch.amazonaws.com``.
+ALARM_TYPES = ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm")
 AWS_MANAGED_SNS_KEY = "alias/aws/sns"
 
 
@@ -69,10 +72,11 @@ def publishers(resource: Resource) -> set[str]:
     """The service principals that publish to the topic, from the alarms, rules and buckets of its template."""
     topic = resource.logical_id
     found: set[str] = set()
-    for _, alarm in resource.of_type("AWS::CloudWatch::Alarm"):
-        props = alarm.get("Properties") or {}
-        if any(ref_id(a) == topic for p in ALARM_ACTION_PROPERTIES for a in as_list(props.get(p))):
-            found.add(CLOUDWATCH)
+    for alarm_type in ALARM_TYPES:
+        for _, alarm in resource.of_type(alarm_type):
+            props = alarm.get("Properties") or {}
+            if any(ref_id(a) == topic for p in ALARM_ACTION_PROPERTIES for a in as_list(props.get(p))):
+                found.add(CLOUDWATCH)
     for _, events_rule in resource.of_type("AWS::Events::Rule"):
         for target in as_list((events_rule.get("Properties") or {}).get("Targets")):
             if isinstance(target, Mapping) and ref_id(target.get("Arn")) == topic and not target.get("RoleArn"):

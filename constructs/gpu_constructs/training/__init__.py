@@ -26,8 +26,8 @@ start with the job prefix, and pass only this construct's job roles to SageMaker
 
 Monitoring: a dashboard of the setup's jobs (GPU, GPU memory, CPU and disk utilization per host, the
 job's samples/s and data-wait metrics), an input-bound alarm (GPU utilization low while CPU or disk is
-busy, a metric-math alarm over CloudWatch Metrics Insights queries), an idle-GPU alarm, and job failure
-notifications (EventBridge -> KMS-encrypted SNS topic).
+busy: a composite alarm over three CloudWatch Metrics Insights alarms, one query each), an idle-GPU alarm,
+and job failure notifications (EventBridge -> KMS-encrypted SNS topic).
 
 One concept per module: :mod:`.options` (the value types), :mod:`.pipeline` (the construct), :mod:`.definition`
 (the state machine), :mod:`.roles` (IAM), :mod:`.monitoring` (notifications, alarms, dashboard) and

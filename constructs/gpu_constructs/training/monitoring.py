@@ -1,6 +1,6 @@
 """Monitoring of :class:`~gpu_constructs.training.TrainingPipeline`: failure notifications (EventBridge -> the
-KMS-encrypted topic), the input-bound and idle-GPU alarms (Metrics Insights over every training host) and the
-dashboard."""
+KMS-encrypted topic), the input-bound (a composite of single-query alarms) and idle-GPU alarms (Metrics Insights
+over every training host) and the dashboard."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 
+from gpu_constructs import nag
 from gpu_constructs.topics import alarm_action, rule_target
 from gpu_constructs.training.roles import TRAINING_NAMESPACE
 
@@ -63,6 +64,7 @@ def _notify(
 
 
 def _insights(function: str, metric: str, period: Duration, label: str) -> cloudwatch.MathExpression:
+    """One Metrics Insights query over every training host: the only query an alarm built on it may hold."""
     return cloudwatch.MathExpression(
         expression=f'SELECT {function}({metric}) FROM SCHEMA("{TRAINING_NAMESPACE}", Host)',
         using_metrics={},
@@ -71,34 +73,90 @@ def _insights(function: str, metric: str, period: Duration, label: str) -> cloud
     )
 
 
-def add_alarms(pipeline: TrainingPipeline, ref: Any, t: AlarmThresholds) -> tuple[cloudwatch.Alarm, cloudwatch.Alarm]:
+def _per_unit(query: cloudwatch.MathExpression, count: int, period: Duration, label: str) -> cloudwatch.MathExpression:
+    """``query`` (summed over the GPUs / vCPUs of a host) divided by ``count``: math over one query, no second."""
+    return cloudwatch.MathExpression(expression=f"q / {count}", using_metrics={"q": query}, period=period, label=label)
+
+
+def add_alarms(
+    pipeline: TrainingPipeline, ref: Any, t: AlarmThresholds
+) -> tuple[cloudwatch.CompositeAlarm, cloudwatch.Alarm]:
+    """The input-bound composite alarm and the idle-GPU alarm, each notifying the setup's topic (alarm and OK).
+
+    Every metric alarm holds exactly one Metrics Insights query (plus, at most, math over it), because CloudWatch
+    evaluates an alarm with one ``GetMetricData`` request and "Each GetMetricData operation can have only one
+    query" (Amazon CloudWatch User Guide, "Metrics Insights quotas",
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-metrics-insights-limits.html);
+    the API reference says the same: "If you include a Metrics Insights query, each GetMetricData operation can
+    include only one query. But the same GetMetricData operation can also retrieve other metrics."
+    (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_GetMetricData.html). Math over one
+    query is allowed: "You can use a Metrics Insights query as an input to a metric math function. [...] A
+    Metrics Insights query that does not include a GROUP BY clause returns a single time series. Therefore, its
+    returned results can be used with any metric math function that takes a single time series as input."
+    (User Guide, "Use Metrics Insights queries with metric math",
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-metrics-insights-math.html).
+
+    So the input-bound condition (GPU low AND (CPU busy OR disk busy)) is three single-query alarms joined by an
+    ``AWS::CloudWatch::CompositeAlarm`` (``InputBoundAlarm``); only the composite notifies. The rule pack checks
+    any template for alarms with more than one query (``GpuPlatform-AlarmOneMetricsInsightsQuery``).
+    """
     gpus = max(1, ref.nvidia_gpu_count)
     vcpus = max(1, ref.vcpus)
-    gpu = _insights("AVG", "GPUUtilization", t.period, "GPU utilization (sum over GPUs)")
-    cpu = _insights("AVG", "CPUUtilization", t.period, "CPU utilization (sum over vCPUs)")
-    disk = _insights("AVG", "DiskUtilization", t.period, "Disk utilization")
-    input_bound = cloudwatch.MathExpression(
-        expression=(
-            f"IF(gpu / {gpus} < {t.gpu_low_pct:g} AND (cpu / {vcpus} > {t.busy_pct:g} OR disk > {t.busy_pct:g}), 1, 0)"
-        ),
-        using_metrics={"gpu": gpu, "cpu": cpu, "disk": disk},
-        period=t.period,
-        label="input-bound (1 = GPU starved while CPU or disk is busy)",
+    period, periods = t.period, t.input_bound_periods
+    gpu = _insights("AVG", "GPUUtilization", period, "GPU utilization (sum over GPUs)")
+    cpu = _insights("AVG", "CPUUtilization", period, "CPU utilization (sum over vCPUs)")
+    disk = _insights("AVG", "DiskUtilization", period, "Disk utilization")
+    part = "Part of the input-bound alarm (InputBoundAlarm notifies; this one does not): "
+    gpu_low = _per_unit(gpu, gpus, period, "GPU utilization per GPU").create_alarm(
+        pipeline,
+        "InputBoundGpuLowAlarm",
+        alarm_description=f"{part}average GPU utilization below {t.gpu_low_pct:g}% per GPU of {ref.sagemaker_name}.",
+        threshold=t.gpu_low_pct,
+        comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        evaluation_periods=periods,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
-    action = alarm_action(pipeline.topic)
-    alarm = input_bound.create_alarm(
+    cpu_busy = _per_unit(cpu, vcpus, period, "CPU utilization per vCPU").create_alarm(
+        pipeline,
+        "InputBoundCpuBusyAlarm",
+        alarm_description=f"{part}average CPU utilization above {t.busy_pct:g}% per vCPU of {ref.sagemaker_name}.",
+        threshold=t.busy_pct,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluation_periods=periods,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    disk_busy = disk.create_alarm(
+        pipeline,
+        "InputBoundDiskBusyAlarm",
+        alarm_description=f"{part}average disk utilization above {t.busy_pct:g}%.",
+        threshold=t.busy_pct,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluation_periods=periods,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    for part_alarm in (gpu_low, cpu_busy, disk_busy):
+        nag.acknowledge_compliance(
+            part_alarm,
+            "CloudWatchAlarmAction",
+            "Safe because this alarm is one condition of the composite InputBoundAlarm, which notifies the "
+            "setup's topic on ALARM and OK, since an action here would report one part of the condition alone",
+        )
+    state = cloudwatch.AlarmState.ALARM
+    alarm = cloudwatch.CompositeAlarm(
         pipeline,
         "InputBoundAlarm",
+        alarm_rule=cloudwatch.AlarmRule.all_of(
+            cloudwatch.AlarmRule.from_alarm(gpu_low, state),
+            cloudwatch.AlarmRule.any_of(
+                cloudwatch.AlarmRule.from_alarm(cpu_busy, state), cloudwatch.AlarmRule.from_alarm(disk_busy, state)
+            ),
+        ),
         alarm_description=(
             f"Training looks input-bound: average GPU utilization below {t.gpu_low_pct:g}% per GPU while CPU "
             f"(per vCPU of {ref.sagemaker_name}) or disk is above {t.busy_pct:g}%. Data loading or preprocessing "
             "is the bottleneck: pre-shard the data (gpuctl shard), raise num_workers, or use FSx / FastFile. "
             "Covers every SageMaker training host in this account and region (Metrics Insights)."
         ),
-        threshold=1,
-        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-        evaluation_periods=t.input_bound_periods,
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
     idle_expr = cloudwatch.MathExpression(
         expression=f"gpumin / {gpus}",
@@ -119,9 +177,10 @@ def add_alarms(pipeline: TrainingPipeline, ref: Any, t: AlarmThresholds) -> tupl
         evaluation_periods=t.idle_periods,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
-    for a in (alarm, idle):
-        a.add_alarm_action(action)
-        a.add_ok_action(action)
+    action = alarm_action(pipeline.topic)
+    for notifying in (alarm, idle):
+        notifying.add_alarm_action(action)
+        notifying.add_ok_action(action)
     return alarm, idle
 
 
