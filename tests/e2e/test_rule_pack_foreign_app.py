@@ -221,10 +221,10 @@ def _endpoints(foreign: ForeignApp, main: cdk.Stack) -> None:
     foreign.expect(batching, "DlcTorchServeBatching", "PrimaryContainer:SAGEMAKER_TS_BATCH_SIZE=8")
     served = model("Model", "1")
 
-    # EndpointKmsKeyOnInstanceStorage: a bucket ARN where the key goes. Twin: a key reference, on a type with
+    # EndpointKmsKeyIdFormat: a bucket ARN where the key goes. Twin: a key reference, on a type with
     # local NVMe (allowed by the current SageMaker model).
     bad_key = config("BucketAsKeyConfig", served, "ml.g5.xlarge", 2, kms_key_id="arn:aws:s3:::foreign-artifacts")
-    foreign.expect(bad_key, "EndpointKmsKeyOnInstanceStorage", "KmsKeyId:format")
+    foreign.expect(bad_key, "EndpointKmsKeyIdFormat", "KmsKeyId:format")
     pair = config("PairConfig", served, "ml.g5.xlarge", 2, kms_key_id=key.key_arn)
 
     # EndpointCanaryOnOneInstance: canary shifting on one instance. Twins: canary on two instances, all at once on

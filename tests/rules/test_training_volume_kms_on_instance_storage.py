@@ -1,9 +1,9 @@
-"""TrainingVolumeKmsOnInstanceStorage: VolumeKmsKeyId on a type with local NVMe."""
+"""TrainingVolumeKmsOnInstanceStorage: VolumeKmsKeyId of a training or processing job on a type with local NVMe."""
 
 from __future__ import annotations
 
 from rule_helpers import findings, template
-from training_templates import request, state_machine, training_job
+from training_templates import processing_job, processing_request, request, state_machine, training_job
 
 RULE = "TrainingVolumeKmsOnInstanceStorage"
 KEY = {"Fn::GetAtt": ["Key", "Arn"]}
@@ -44,3 +44,42 @@ def test_ebs_only_types_no_key_and_runtime_types_are_compliant() -> None:
         D=training_job(request(ResourceConfig=_resources("ml.unknown.xlarge"))),
     )
     assert findings(RULE, tpl) == []
+
+
+def _cluster(instance_type: object, key: object | None = KEY) -> dict:
+    return {"ClusterConfig": _resources(instance_type, key)}
+
+
+def test_processing_jobs_and_sdk_tasks_are_checked_too() -> None:
+    # ProcessingClusterConfig.VolumeKmsKeyId: "You can't request a VolumeKmsKeyId when using an instance type with
+    # local storage."
+    tpl = template(
+        Prepare=state_machine(
+            processing_request(ProcessingResources=_cluster("ml.p3.2xlarge")),
+            processing_request(ProcessingResources=_cluster("ml.g5.xlarge")),
+            processing_request(ProcessingResources=_cluster("ml.g5.xlarge", key=None)),
+            api="sagemaker:createProcessingJob",
+            prefix="Prepare",
+        ),
+        PrepareSdk=state_machine(
+            processing_request(ProcessingResources=_cluster("ml.g5.xlarge")),
+            api="aws-sdk:sagemaker:createProcessingJob",
+            sync=False,
+            prefix="Prepare",
+        ),
+        TrainSdk=state_machine(
+            request(ResourceConfig=_resources("ml.p3.2xlarge")),
+            request(ResourceConfig=_resources("ml.g5.xlarge")),
+            api="aws-sdk:sagemaker:createTrainingJob",
+            sync=False,
+        ),
+        Job=processing_job(processing_request(ProcessingResources=_cluster("ml.p4d.24xlarge"))),
+        EbsJob=processing_job(processing_request(ProcessingResources=_cluster("ml.p3.2xlarge"))),
+    )
+    rule = "GpuPlatform::GpuPlatform-TrainingVolumeKmsOnInstanceStorage"
+    assert sorted((f.logical_id, f.id) for f in findings(RULE, tpl)) == [
+        ("Job", rule),
+        ("Prepare", f"{rule}[Prepare1]"),
+        ("PrepareSdk", f"{rule}[Prepare0]"),
+        ("TrainSdk", f"{rule}[Train1]"),
+    ]

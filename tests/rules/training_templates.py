@@ -1,7 +1,7 @@
-"""Templates holding CreateTrainingJob requests, for the training rules' tests.
+"""Templates holding CreateTrainingJob and CreateProcessingJob requests, for the training rules' tests.
 
 ``state_machine`` renders a definition the way the CDK does (an ``Fn::Join`` with references inside strings);
-``training_job`` is an ``AWS::SageMaker::TrainingJob``.
+``training_job`` is an ``AWS::SageMaker::TrainingJob``, ``processing_job`` an ``AWS::SageMaker::ProcessingJob``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,28 @@ REQUEST: dict[str, Any] = {
 }
 
 
+PROCESSING_REQUEST: dict[str, Any] = {
+    "AppSpecification": {"ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/prepare:1.0"},
+    "RoleArn": "arn:aws:iam::123456789012:role/prepare",
+    "ProcessingResources": {
+        "ClusterConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50}
+    },
+    "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
+}
+
+
 def request(**changes: Any) -> dict[str, Any]:
     """The baseline request (compliant with every training rule) with top-level ``changes``; None removes."""
-    out = copy.deepcopy(REQUEST)
+    return _changed(REQUEST, changes)
+
+
+def processing_request(**changes: Any) -> dict[str, Any]:
+    """The baseline CreateProcessingJob request (compliant with every rule) with top-level ``changes``."""
+    return _changed(PROCESSING_REQUEST, changes)
+
+
+def _changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
     for key, value in changes.items():
         if value is None:
             out.pop(key, None)
@@ -39,18 +58,25 @@ def request(**changes: Any) -> dict[str, Any]:
     return out
 
 
-def state_machine(*tasks: dict[str, Any], sync: bool = True, nested: bool = False) -> dict[str, Any]:
+def state_machine(
+    *tasks: dict[str, Any],
+    sync: bool = True,
+    nested: bool = False,
+    api: str = "sagemaker:createTrainingJob",
+    prefix: str = "Train",
+) -> dict[str, Any]:
     """A state machine whose Task states ``Train0``, ``Train1`` ... send ``tasks`` as CreateTrainingJob parameters.
 
     The definition is an ``Fn::Join`` whose Resource ARNs hold ``${AWS::Partition}`` (as the CDK renders them);
-    ``nested`` puts the tasks in a Parallel branch.
+    ``nested`` puts the tasks in a Parallel branch. ``api`` is the integration and API of the Resource
+    (``aws-sdk:sagemaker:createTrainingJob``, ``sagemaker:createProcessingJob`` ...), ``prefix`` the state names'.
     """
     states: dict[str, Any] = {}
-    names = [f"Train{i}" for i in range(len(tasks))]
+    names = [f"{prefix}{i}" for i in range(len(tasks))]
     for index, (name, params) in enumerate(zip(names, tasks, strict=True)):
         states[name] = {
             "Type": "Task",
-            "Resource": f"arn:@PARTITION@:states:::sagemaker:createTrainingJob{'.sync' if sync else ''}",
+            "Resource": f"arn:@PARTITION@:states:::{api}{'.sync' if sync else ''}",
             "Parameters": params,
             **({"Next": names[index + 1]} if index + 1 < len(names) else {"End": True}),
         }
@@ -72,3 +98,7 @@ def state_machine(*tasks: dict[str, Any], sync: bool = True, nested: bool = Fals
 
 def training_job(params: dict[str, Any]) -> dict[str, Any]:
     return {"Type": "AWS::SageMaker::TrainingJob", "Properties": params}
+
+
+def processing_job(params: dict[str, Any]) -> dict[str, Any]:
+    return {"Type": "AWS::SageMaker::ProcessingJob", "Properties": params}

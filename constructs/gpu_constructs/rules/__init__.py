@@ -34,7 +34,7 @@ RULE_MODULES: tuple[str, ...] = (
     "retained_named_resource",
     "oidc_provider_once_per_account",
     "dlc_torchserve_batching",
-    "endpoint_kms_key_on_instance_storage",
+    "endpoint_kms_key_id_format",
     "endpoint_canary_on_one_instance",
     "gpu_workload_instance_type",
     "topic_admits_publishers",
@@ -47,6 +47,7 @@ RULE_MODULES: tuple[str, ...] = (
     "training_instance_not_nvidia_gpu",
     "training_image_cuda_architecture",
     "training_dlc_without_code",
+    "sagemaker_job_role_authorized",
 )
 
 

@@ -1,13 +1,24 @@
-"""CreateTrainingJob requests as templates carry them (a helper of the training rules; not a rule itself).
+"""CreateTrainingJob and CreateProcessingJob requests as templates carry them (a helper of the training rules;
+not a rule itself).
 
-Two places hold a training job's parameters in a CloudFormation template:
+Two places hold a job's parameters in a CloudFormation template:
 
-* ``AWS::SageMaker::TrainingJob``: its ``Properties`` are the CreateTrainingJob request;
-* ``AWS::StepFunctions::StateMachine``: every ``Task`` state whose ``Resource`` is
-  ``arn:<partition>:states:::sagemaker:createTrainingJob`` (or ``.sync``) sends its ``Parameters`` (JSONPath) or
-  ``Arguments`` (JSONata) as the request. The definition is often an ``Fn::Join``; it is flattened (references
-  become ``${LogicalId}`` text) and parsed, and skipped when it cannot be parsed. States nested in ``Parallel``
+* ``AWS::SageMaker::TrainingJob`` / ``AWS::SageMaker::ProcessingJob``: its ``Properties`` are the request;
+* ``AWS::StepFunctions::StateMachine``: every ``Task`` state whose ``Resource`` calls the API sends its
+  ``Parameters`` (JSONPath) or ``Arguments`` (JSONata) as the request. Two integrations call it: the optimized
+  SageMaker integration, ``arn:<partition>:states:::sagemaker:createTrainingJob`` (or ``.sync``), and the AWS SDK
+  integration, ``arn:<partition>:states:::aws-sdk:sagemaker:createTrainingJob`` (or ``.waitForTaskToken``; the
+  SDK integrations support no ``.sync``). Both take the API's request members as keys: "Parameters in Step
+  Functions are expressed in PascalCase, even if the native service API is in camelCase" (AWS Step Functions
+  Developer Guide, "Learning to use AWS service SDK integrations in Step Functions",
+  https://docs.aws.amazon.com/step-functions/latest/dg/supported-services-awssdk.html). The same holds for
+  ``createProcessingJob``. The definition is often an ``Fn::Join``; it is flattened (references become
+  ``${LogicalId}`` text) and parsed, and skipped when it cannot be parsed. States nested in ``Parallel``
   branches and ``Map`` item processors are included.
+
+:func:`training_requests` returns the CreateTrainingJob requests (:class:`TrainingRequest`),
+:func:`processing_requests` the CreateProcessingJob requests (:class:`ProcessingRequest`); both are
+:class:`JobRequest` (``.where``, ``.get(*path)``, ``.flat(*path)``, ``.text(*path)``).
 
 Values decided at run or deploy time (a ``"Key.$"`` JSONPath, a ``{% JSONata %}`` expression, an intrinsic
 function, a flattened ``${...}`` reference) read as :data:`UNKNOWN`, so rules skip them rather than guess.
@@ -25,8 +36,22 @@ from gpu_constructs.rules._rule import COMPLIANT, NON_COMPLIANT, NOT_APPLICABLE,
 
 STATE_MACHINE = "AWS::StepFunctions::StateMachine"
 TRAINING_JOB = "AWS::SageMaker::TrainingJob"
+PROCESSING_JOB = "AWS::SageMaker::ProcessingJob"
 RESOURCE_TYPES = (STATE_MACHINE, TRAINING_JOB)
-_TASK_RESOURCE = re.compile(r"^arn:(\$\{[^}]*\}|[^:$]+):states:::sagemaker:createTrainingJob(\.sync)?$")
+#: What a rule over training and processing requests (:func:`job_rule`) reads.
+JOB_RESOURCE_TYPES = (STATE_MACHINE, TRAINING_JOB, PROCESSING_JOB)
+
+
+def _task_resource(api: str) -> re.Pattern[str]:
+    """The ``Resource`` of a Task state that calls SageMaker ``api``: optimized (``.sync``) or AWS SDK integration."""
+    return re.compile(
+        rf"^arn:(\$\{{[^}}]*\}}|[^:$]+):states:::"
+        rf"(?:sagemaker:{api}(\.sync)?|aws-sdk:sagemaker:{api}(\.waitForTaskToken)?)$"
+    )
+
+
+_TASK_RESOURCE = _task_resource("createTrainingJob")
+_PROCESSING_TASK_RESOURCE = _task_resource("createProcessingJob")
 
 
 class _Unknown:
@@ -40,8 +65,8 @@ UNKNOWN: Any = _Unknown()
 
 
 @dataclass(frozen=True)
-class TrainingRequest:
-    """One CreateTrainingJob request: ``where`` is the state name ("" for an ``AWS::SageMaker::TrainingJob``)."""
+class JobRequest:
+    """One SageMaker job request: ``where`` is the state name ("" for a job resource of the template)."""
 
     where: str
     params: Any
@@ -78,6 +103,14 @@ class TrainingRequest:
         return value if isinstance(value, str) and "${" not in value else None
 
 
+class TrainingRequest(JobRequest):
+    """One CreateTrainingJob request: ``where`` is the state name ("" for an ``AWS::SageMaker::TrainingJob``)."""
+
+
+class ProcessingRequest(JobRequest):
+    """One CreateProcessingJob request: ``where`` is the state name ("" for an ``AWS::SageMaker::ProcessingJob``)."""
+
+
 def _literal(value: Any) -> Any:
     if isinstance(value, Mapping) and len(value) == 1 and next(iter(value)).startswith(("Fn::", "Ref")):
         return UNKNOWN
@@ -90,10 +123,24 @@ def training_requests(resource: Resource) -> list[TrainingRequest]:
     """Every CreateTrainingJob request of the resource (empty when it has none or cannot be read)."""
     if resource.type == TRAINING_JOB:
         return [TrainingRequest("", resource.properties)]
+    if resource.type != STATE_MACHINE:
+        return []
     definition = _definition(resource.properties)
     if definition is None:
         return []
-    return [TrainingRequest(name, params) for name, params in _tasks(definition)]
+    return [TrainingRequest(name, params) for name, params in _tasks(definition, _TASK_RESOURCE)]
+
+
+def processing_requests(resource: Resource) -> list[ProcessingRequest]:
+    """Every CreateProcessingJob request of the resource (empty when it has none or cannot be read)."""
+    if resource.type == PROCESSING_JOB:
+        return [ProcessingRequest("", resource.properties)]
+    if resource.type != STATE_MACHINE:
+        return []
+    definition = _definition(resource.properties)
+    if definition is None:
+        return []
+    return [ProcessingRequest(name, params) for name, params in _tasks(definition, _PROCESSING_TASK_RESOURCE)]
 
 
 def _definition(properties: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -110,7 +157,7 @@ def _definition(properties: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return parsed if isinstance(parsed, Mapping) else None
 
 
-def _tasks(machine: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+def _tasks(machine: Mapping[str, Any], task_resource: re.Pattern[str]) -> Iterator[tuple[str, Any]]:
     states = machine.get("States")
     if not isinstance(states, Mapping):
         return
@@ -118,10 +165,10 @@ def _tasks(machine: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
         if not isinstance(state, Mapping):
             continue
         resource = state.get("Resource")
-        if state.get("Type") == "Task" and isinstance(resource, str) and _TASK_RESOURCE.match(resource):
+        if state.get("Type") == "Task" and isinstance(resource, str) and task_resource.match(resource):
             yield str(name), state.get("Parameters", state.get("Arguments", {}))
         for branch in _children(state):
-            yield from _tasks(branch)
+            yield from _tasks(branch, task_resource)
 
 
 def _children(state: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
@@ -132,12 +179,12 @@ def _children(state: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     return nested
 
 
-def verdict(resource: Resource, requests: Sequence[TrainingRequest], findings: Sequence[str]) -> Result:
-    """NOT_APPLICABLE without requests; a training job resource is NON_COMPLIANT or COMPLIANT; a state machine gets
+def verdict(resource: Resource, requests: Sequence[JobRequest], findings: Sequence[str]) -> Result:
+    """NOT_APPLICABLE without requests; a job resource is NON_COMPLIANT or COMPLIANT; a state machine gets
     one finding per state (``findings`` are the bad states, or ``state:detail``)."""
     if not requests:
         return NOT_APPLICABLE
-    if resource.type == TRAINING_JOB:
+    if resource.type in (TRAINING_JOB, PROCESSING_JOB):
         return NON_COMPLIANT if findings else COMPLIANT
     return list(findings)
 
@@ -154,6 +201,21 @@ def training_rule(
             return verdict(resource, requests, [finding for request in requests for finding in findings_of(request)])
 
         return rule(id=id, resource_types=RESOURCE_TYPES, info=info, doc=doc)(check)
+
+    return wrap
+
+
+def job_rule(*, id: str, info: str, doc: str | None) -> Callable[[Callable[[JobRequest], Iterable[str]]], Rule]:
+    """Like :func:`training_rule`, over both kinds of request: every :class:`TrainingRequest` and
+    :class:`ProcessingRequest` of the resource (:data:`JOB_RESOURCE_TYPES`); the function tells them apart by
+    type."""
+
+    def wrap(findings_of: Callable[[JobRequest], Iterable[str]]) -> Rule:
+        def check(resource: Resource) -> Result:
+            requests = [*training_requests(resource), *processing_requests(resource)]
+            return verdict(resource, requests, [finding for request in requests for finding in findings_of(request)])
+
+        return rule(id=id, resource_types=JOB_RESOURCE_TYPES, info=info, doc=doc)(check)
 
     return wrap
 

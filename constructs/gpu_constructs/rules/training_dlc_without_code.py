@@ -12,7 +12,8 @@ Dockerfiles set ``SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training
 
 Give the job code: a ``ContainerEntrypoint`` (the platform's launcher with ``code`` and ``sm_drivers`` channels, as
 ``TrainingPipeline`` renders it, or SageMaker SDK v3's ``ModelTrainer``), or ``sagemaker_program`` with a
-``sagemaker_submit_directory``. Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]``
+``sagemaker_submit_directory``. Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
+``aws-sdk:sagemaker:createTrainingJob``
 tasks of state machines; requests whose image, entry point or hyperparameters are set at run time are not judged.
 """
 

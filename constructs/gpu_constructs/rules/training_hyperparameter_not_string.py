@@ -6,7 +6,8 @@ A number or boolean in a template (``"epochs": 30``) passes CloudFormation's tem
 definition, but the task fails when the state machine runs (and ``AWS::SageMaker::TrainingJob`` fails to create).
 (The member's prose still says values are "limited to 256 characters"; the newer shape metadata, 2500, wins.)
 
-Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines.
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
+``aws-sdk:sagemaker:createTrainingJob`` tasks of state machines.
 Finding per bad value: ``<state>:<key>``. Values set at run time (``"Key.$"``, JSONata, intrinsics) are skipped.
 """
 

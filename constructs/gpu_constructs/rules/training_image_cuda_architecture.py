@@ -10,7 +10,8 @@ device". The windows are the platform's ``gpu_constructs.cuda`` table; the check
 
 The image's CUDA version is read from a literal AWS Deep Learning Container tag (``...-cu129-...`` = CUDA 12.9).
 
-Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines.
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
+``aws-sdk:sagemaker:createTrainingJob`` tasks of state machines.
 Non-compliant: a literal ``cuNNN`` image tag and a literal ``ResourceConfig.InstanceType`` with an NVIDIA GPU whose
 architecture that CUDA version cannot build for. Anything set at run or deploy time is not judged.
 """

@@ -7,7 +7,8 @@ runs its CUDA code on the host's NVIDIA GPU. On a CPU type (``ml.m5``, ``ml.c5``
 GPUs are available") or trains on the CPU at a fraction of the speed while billing for the instance. Which types
 have an NVIDIA GPU comes from the platform's GPU catalog (checked against botocore's SageMaker enums).
 
-Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines.
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
+``aws-sdk:sagemaker:createTrainingJob`` tasks of state machines.
 Non-compliant: a literal GPU image tag (``-gpu-`` or ``cuNNN``) with a literal ``ResourceConfig.InstanceType``
 that the catalog lists without an NVIDIA GPU. Images and types set at run or deploy time, images of unknown naming
 and types missing from the catalog are not judged.

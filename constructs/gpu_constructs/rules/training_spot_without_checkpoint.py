@@ -12,7 +12,8 @@ training job will complete quickly, we recommend you use checkpointing with mana
 built-in algorithms and marketplace algorithms that do not checkpoint are currently limited to a
 MaxWaitTimeInSeconds of 3600 seconds (60 minutes)."
 
-Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` tasks of state machines
+Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
+``aws-sdk:sagemaker:createTrainingJob`` tasks of state machines
 (one finding per state). Non-compliant: ``EnableManagedSpotTraining`` is literally true and no
 ``CheckpointConfig.S3Uri`` is given. A spot flag or checkpoint set at run time is not judged.
 """

@@ -32,6 +32,10 @@ MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600
 MAX_WAIT_LIMIT_S = MAX_RUNTIME_LIMIT_S
 #: Processing jobs (the prepare step) run at most 5 days.
 PROCESSING_MAX_RUNTIME_S = 5 * 24 * 3600
+#: SageMaker's limit on a processing job's ``ProcessingStoppingCondition.MaxRuntimeInSeconds``: 777,600 s = 9 days
+#: (botocore 1.44.8, sagemaker, shape ``ProcessingMaxRuntimeInSeconds``: ``min: 1``, ``max: 777600``; botocore's
+#: validator checks only ``min``).
+PROCESSING_MAX_RUNTIME_LIMIT_S = 777600
 #: ``ResourceConfig.VolumeSizeInGB`` of a training job, GB.
 VOLUME_SIZE_GB = (1, 16384)
 #: ``RetryStrategy.MaximumRetryAttempts``.

@@ -1,4 +1,4 @@
-"""EndpointKmsKeyOnInstanceStorage: what botocore 1.44.5 still constrains about an endpoint config's KmsKeyId."""
+"""EndpointKmsKeyIdFormat: what botocore 1.44.5 still constrains about an endpoint config's KmsKeyId."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import botocore.loaders
 from rule_helpers import findings, template
 
-RULE = "EndpointKmsKeyOnInstanceStorage"
+RULE = "EndpointKmsKeyIdFormat"
 KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
@@ -59,7 +59,7 @@ def test_a_value_that_is_not_a_kms_key_is_a_finding() -> None:
         BucketRef=config({"Fn::GetAtt": ["Bucket", "Arn"]}),
     )
     assert sorted((f.logical_id, f.id) for f in findings(RULE, tpl)) == [
-        ("BucketRef", "GpuPlatform::GpuPlatform-EndpointKmsKeyOnInstanceStorage[KmsKeyId:not-a-key:Bucket]"),
-        ("S3Arn", "GpuPlatform::GpuPlatform-EndpointKmsKeyOnInstanceStorage[KmsKeyId:format]"),
-        ("Typo", "GpuPlatform::GpuPlatform-EndpointKmsKeyOnInstanceStorage[KmsKeyId:format]"),
+        ("BucketRef", "GpuPlatform::GpuPlatform-EndpointKmsKeyIdFormat[KmsKeyId:not-a-key:Bucket]"),
+        ("S3Arn", "GpuPlatform::GpuPlatform-EndpointKmsKeyIdFormat[KmsKeyId:format]"),
+        ("Typo", "GpuPlatform::GpuPlatform-EndpointKmsKeyIdFormat[KmsKeyId:format]"),
     ]

@@ -53,7 +53,7 @@ _KEY_TYPES = frozenset({"AWS::KMS::Key", "AWS::KMS::Alias", "AWS::KMS::ReplicaKe
 
 
 @rule(
-    id="EndpointKmsKeyOnInstanceStorage",
+    id="EndpointKmsKeyIdFormat",
     resource_types=("AWS::SageMaker::EndpointConfig",),
     info="The endpoint config's KmsKeyId is not a KMS key id, key ARN, alias name or alias ARN. (A KmsKeyId on "
     "local-NVMe instance types is allowed by the current SageMaker model; it does not encrypt the instance store.)",
