@@ -332,7 +332,8 @@ def test_alarms_input_bound_composite_of_single_query_alarms_and_idle_gpu(dev: d
     composites = {k: r["Properties"] for k, r in resources.items() if r["Type"] == "AWS::CloudWatch::CompositeAlarm"}
     assert len(alarms) == 4 and len(composites) == 1
     ((bound_id, bound),) = composites.items()
-    assert "InputBoundAlarm" in bound_id
+    # not the former metric alarm's logical id: CloudFormation refuses to change the type of a logical id
+    assert "InputBoundCompositeAlarm" in bound_id and not any("InputBoundAlarm" in k for k in resources)
     part_ids = {
         name: next(k for k in alarms if f"InputBound{name}Alarm" in k) for name in ("GpuLow", "CpuBusy", "DiskBusy")
     }

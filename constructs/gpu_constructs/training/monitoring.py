@@ -97,8 +97,12 @@ def add_alarms(
     https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-metrics-insights-math.html).
 
     So the input-bound condition (GPU low AND (CPU busy OR disk busy)) is three single-query alarms joined by an
-    ``AWS::CloudWatch::CompositeAlarm`` (``InputBoundAlarm``); only the composite notifies. The rule pack checks
-    any template for alarms with more than one query (``GpuPlatform-AlarmOneMetricsInsightsQuery``).
+    ``AWS::CloudWatch::CompositeAlarm`` (``InputBoundCompositeAlarm``); only the composite notifies. The rule pack
+    checks any template for alarms with more than one query (``GpuPlatform-AlarmOneMetricsInsightsQuery``).
+
+    The composite's construct id is not the former metric alarm's ``InputBoundAlarm``: the same id gives the same
+    logical id, and CloudFormation refuses to change the type of an existing logical id ("Update of resource
+    type is not permitted"), so a deployed training stack could not be updated.
     """
     gpus = max(1, ref.nvidia_gpu_count)
     vcpus = max(1, ref.vcpus)
@@ -106,7 +110,7 @@ def add_alarms(
     gpu = _insights("AVG", "GPUUtilization", period, "GPU utilization (sum over GPUs)")
     cpu = _insights("AVG", "CPUUtilization", period, "CPU utilization (sum over vCPUs)")
     disk = _insights("AVG", "DiskUtilization", period, "Disk utilization")
-    part = "Part of the input-bound alarm (InputBoundAlarm notifies; this one does not): "
+    part = "Part of the input-bound alarm (the composite alarm notifies; this one does not): "
     gpu_low = _per_unit(gpu, gpus, period, "GPU utilization per GPU").create_alarm(
         pipeline,
         "InputBoundGpuLowAlarm",
@@ -138,13 +142,13 @@ def add_alarms(
         nag.acknowledge_compliance(
             part_alarm,
             "CloudWatchAlarmAction",
-            "Safe because this alarm is one condition of the composite InputBoundAlarm, which notifies the "
+            "Safe because this alarm is one condition of the composite InputBoundCompositeAlarm, which notifies the "
             "setup's topic on ALARM and OK, since an action here would report one part of the condition alone",
         )
     state = cloudwatch.AlarmState.ALARM
     alarm = cloudwatch.CompositeAlarm(
         pipeline,
-        "InputBoundAlarm",
+        "InputBoundCompositeAlarm",
         alarm_rule=cloudwatch.AlarmRule.all_of(
             cloudwatch.AlarmRule.from_alarm(gpu_low, state),
             cloudwatch.AlarmRule.any_of(
