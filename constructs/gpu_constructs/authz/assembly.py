@@ -239,6 +239,11 @@ class Assembly:
     def role(self, arn: str) -> Located | None:
         return self.find_by_arn("AWS::IAM::Role", arn)
 
+    def region_of(self, role_arn: str) -> str:
+        """The region of the stack that defines the role (where its jobs run); the sample region otherwise."""
+        role = self.role(role_arn)
+        return self.region(role.stack) if role is not None else SAMPLE_REGION
+
     def bucket(self, name: str) -> Located | None:
         return self.find_by_arn("AWS::S3::Bucket", f"arn:{PARTITION}:s3:::{name}")
 

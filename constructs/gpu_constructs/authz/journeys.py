@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gpu_constructs.authz.assembly import PARTITION, Assembly, UnresolvableValue
@@ -142,9 +142,11 @@ def _logs(principal: str, kind: JobKind, name: str, region: str) -> list[AuthReq
     ]
 
 
-def job_requests(assembly: Assembly, kind: JobKind, request: Mapping[str, Any], region: str) -> list[AuthRequest]:
-    """Every request SageMaker makes with the execution role of a ``CreateTrainingJob``/``CreateProcessingJob``."""
+def job_requests(assembly: Assembly, kind: JobKind, request: Mapping[str, Any]) -> list[AuthRequest]:
+    """Every request SageMaker makes with the execution role of a ``CreateTrainingJob``/``CreateProcessingJob``
+    (in the region of the role's stack)."""
     role = str(request["RoleArn"])
+    region = assembly.region_of(role)
     if kind == "training":
         return _training_requests(assembly, role, request, region)
     return _processing_requests(assembly, role, request, region)
@@ -157,22 +159,27 @@ def _training_requests(assembly: Assembly, role: str, request: Mapping[str, Any]
         source = (channel.get("DataSource") or {}).get("S3DataSource")
         if not source:
             continue  # FileSystemDataSource: mounted over the VPC, no S3 request
+        if not source.get("S3Uri"):
+            continue  # set at run time
         why = f"channel {channel['ChannelName']} ({source.get('S3DataType', 'S3Prefix')}) is downloaded"
-        out += s3_read_requests(assembly, role, source["S3Uri"], region, why=why)
+        reads = s3_read_requests(assembly, role, source["S3Uri"], region, why=why)
+        out += _tag(reads, f"channel:{channel['ChannelName']}")
     output = request.get("OutputDataConfig") or {}
     if output.get("S3OutputPath"):
         uri = f"{str(output['S3OutputPath']).rstrip('/')}/{name}/output/model.tar.gz"
-        out += s3_write_requests(assembly, role, uri, region, output.get("KmsKeyId"), why="the model is uploaded")
+        writes = s3_write_requests(assembly, role, uri, region, output.get("KmsKeyId"), why="the model is uploaded")
+        out += _tag(writes, "output")
     checkpoint = (request.get("CheckpointConfig") or {}).get("S3Uri")
     if checkpoint:
         why = "checkpoints are synced"
-        out += s3_read_requests(assembly, role, str(checkpoint).rstrip("/") + "/", region, why=why)
-        out += s3_write_requests(assembly, role, str(checkpoint).rstrip("/") + "/checkpoint.pt", region, why=why)
+        prefix = str(checkpoint).rstrip("/") + "/"
+        out += _tag(s3_read_requests(assembly, role, prefix, region, why=why), "checkpoints")
+        out += _tag(s3_write_requests(assembly, role, prefix + "checkpoint.pt", region, why=why), "checkpoints")
     volume_key = (request.get("ResourceConfig") or {}).get("VolumeKmsKeyId")
-    out += _volume_key(role, volume_key)
+    out += _tag(_volume_key(role, volume_key), "volume")
     image = (request.get("AlgorithmSpecification") or {}).get("TrainingImage", "")
-    out += _ecr_pull(role, str(image), "the training image is pulled")
-    out += _logs(role, "training", name, region)
+    out += _tag(_ecr_pull(role, str(image), "the training image is pulled"), "image")
+    out += _tag(_logs(role, "training", name, region), "logs")
     return out
 
 
@@ -181,22 +188,28 @@ def _processing_requests(assembly: Assembly, role: str, request: Mapping[str, An
     out: list[AuthRequest] = []
     for item in request.get("ProcessingInputs") or []:
         source = item.get("S3Input")
-        if source:
+        if source and source.get("S3Uri"):
             why = f"processing input {item.get('InputName')} is downloaded"
-            out += s3_read_requests(assembly, role, source["S3Uri"], region, why=why)
+            reads = s3_read_requests(assembly, role, source["S3Uri"], region, why=why)
+            out += _tag(reads, f"input:{item.get('InputName')}")
     config = request.get("ProcessingOutputConfig") or {}
     for item in config.get("Outputs") or []:
         target = item.get("S3Output")
-        if target:
+        if target and target.get("S3Uri"):
             uri = f"{str(target['S3Uri']).rstrip('/')}/part-00000.tar"
             why = f"processing output {item.get('OutputName')} is uploaded"
-            out += s3_write_requests(assembly, role, uri, region, config.get("KmsKeyId"), why=why)
+            writes = s3_write_requests(assembly, role, uri, region, config.get("KmsKeyId"), why=why)
+            out += _tag(writes, f"output:{item.get('OutputName')}")
     cluster = (request.get("ProcessingResources") or {}).get("ClusterConfig") or {}
-    out += _volume_key(role, cluster.get("VolumeKmsKeyId"))
+    out += _tag(_volume_key(role, cluster.get("VolumeKmsKeyId")), "volume")
     image = (request.get("AppSpecification") or {}).get("ImageUri", "")
-    out += _ecr_pull(role, str(image), "the processing image is pulled")
-    out += _logs(role, "processing", name, region)
+    out += _tag(_ecr_pull(role, str(image), "the processing image is pulled"), "image")
+    out += _tag(_logs(role, "processing", name, region), "logs")
     return out
+
+
+def _tag(requests: Iterable[AuthRequest], subject: str) -> list[AuthRequest]:
+    return [replace(r, subject=subject) for r in requests]
 
 
 def _volume_key(role: str, key: Any) -> list[AuthRequest]:
@@ -206,18 +219,22 @@ def _volume_key(role: str, key: Any) -> list[AuthRequest]:
     return [AuthRequest(role, "kms:CreateGrant", str(key), {"kms:GrantIsForAWSResource": "true"}, why)]
 
 
-def start_job_requests(principal: str, kind: JobKind, request: Mapping[str, Any], region: str) -> list[AuthRequest]:
+def start_job_requests(
+    assembly: Assembly, principal: str, kind: JobKind, request: Mapping[str, Any]
+) -> list[AuthRequest]:
     """What the principal that starts the job (a state machine's role, ``gpuctl``) is authorized for."""
+    region = assembly.region_of(principal)
     account = principal.split(":")[4]
     name = str(request.get("TrainingJobName" if kind == "training" else "ProcessingJobName", "job")).lower()
     noun = "training-job" if kind == "training" else "processing-job"
     arn = f"arn:{PARTITION}:sagemaker:{region}:{account}:{noun}/{name}"
     action = "sagemaker:CreateTrainingJob" if kind == "training" else "sagemaker:CreateProcessingJob"
-    out = [AuthRequest(principal, action, arn, {}, f"starts the {kind} job")]
+    out = [AuthRequest(principal, action, arn, {}, f"starts the {kind} job", "start")]
     if request.get("Tags"):
-        out.append(AuthRequest(principal, "sagemaker:AddTags", arn, {}, "tags the job at creation"))
+        out.append(AuthRequest(principal, "sagemaker:AddTags", arn, {}, "tags the job at creation", "start"))
     passed = {"iam:PassedToService": "sagemaker.amazonaws.com"}
-    out.append(AuthRequest(principal, "iam:PassRole", str(request["RoleArn"]), passed, "passes the execution role"))
+    role = str(request["RoleArn"])
+    out.append(AuthRequest(principal, "iam:PassRole", role, passed, "passes the execution role", "pass-role"))
     return out
 
 

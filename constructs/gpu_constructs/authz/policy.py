@@ -59,6 +59,8 @@ class AuthRequest:
     context: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
     #: Why the journey makes this request (shown in reports).
     why: str = ""
+    #: What of the journey it serves, as a short id-safe token (``channel:code``, ``output``, ``logs``).
+    subject: str = ""
 
     @property
     def account(self) -> str:
