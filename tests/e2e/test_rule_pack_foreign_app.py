@@ -263,6 +263,26 @@ def _fleet(foreign: ForeignApp, main: cdk.Stack) -> None:
     )
 
 
+def _alarms(foreign: ForeignApp, main: cdk.Stack) -> None:
+    # AlarmOneMetricsInsightsQuery: an alarm over two Metrics Insights queries. Twin: one query and math over it.
+    def query(name: str, metric: str) -> cloudwatch.CfnAlarm.MetricDataQueryProperty:
+        return cloudwatch.CfnAlarm.MetricDataQueryProperty(
+            id=name, expression=f'SELECT AVG({metric}) FROM SCHEMA("/aws/sagemaker/TrainingJobs", Host)',
+            period=300, return_data=False,
+        )  # fmt: skip
+
+    def alarm(name: str, metrics: list[Any]) -> cloudwatch.CfnAlarm:
+        return cloudwatch.CfnAlarm(
+            main, name, comparison_operator="GreaterThanThreshold", evaluation_periods=1, threshold=1, metrics=metrics
+        )
+
+    ratio = cloudwatch.CfnAlarm.MetricDataQueryProperty(id="ratio", expression="gpu / cpu", return_data=True)
+    foreign.expect(alarm("TwoQueries", [query("gpu", "GPUUtilization"), query("cpu", "CPUUtilization"), ratio]),
+                   "AlarmOneMetricsInsightsQuery")  # fmt: skip
+    half = cloudwatch.CfnAlarm.MetricDataQueryProperty(id="half", expression="gpu / 2", return_data=True)
+    alarm("OneQuery", [query("gpu", "GPUUtilization"), half])
+
+
 def _launch_template(scope: cdk.Stack, name: str, instance_type: str) -> Any:
     """A launch template for the GPU Deep Learning AMI (its public SSM parameter) on ``instance_type``."""
     data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(image_id=GPU_DLAMI, instance_type=instance_type)
@@ -334,6 +354,34 @@ def _training_pipeline(foreign: ForeignApp, main: cdk.Stack) -> None:
             None,
         ),
     ]
+    # SageMakerJobRoleAuthorized: a channel the role may read but not list (SageMaker lists every S3Prefix input
+    # first). Twin: every other state, whose role may do all its requests (and the machine may start and pass).
+    source = {"S3DataType": "S3Prefix", "S3Uri": "s3://foreign-data/train/"}
+    unlisted = {"ChannelName": "train", "DataSource": {"S3DataSource": source}}
+    states.append(
+        (
+            "UnlistedChannel",
+            {"InputDataConfig": [unlisted]},
+            ("SageMakerJobRoleAuthorized", "UnlistedChannel:channel:train:s3:ListBucket"),
+        )
+    )
+    role = iam.Role(
+        main, "TrainingRole", role_name="foreign-training", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com")
+    )
+    role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=["arn:aws:s3:::foreign-data/train/*"]))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            actions=["s3:GetObject", "s3:PutObject", "s3:ListBucket"],
+            resources=["arn:aws:s3:::foreign-artifacts", "arn:aws:s3:::foreign-artifacts/*"],
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:*"],
+        )
+    )
+    role.add_to_policy(iam.PolicyStatement(actions=["cloudwatch:PutMetricData"], resources=["*"]))
     chain: sfn.IChainable | None = None
     tail: Any = None
     for name, overrides, _ in states:
@@ -345,6 +393,13 @@ def _training_pipeline(foreign: ForeignApp, main: cdk.Stack) -> None:
         tail = state
     assert chain is not None
     machine = sfn.StateMachine(main, "TrainingMachine", definition_body=sfn.DefinitionBody.from_chainable(chain))
+    machine.add_to_role_policy(
+        iam.PolicyStatement(
+            actions=["sagemaker:CreateTrainingJob"],
+            resources=[f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/foreign-*"],
+        )
+    )
+    role.grant_pass_role(machine)
     for _, _, expected in states:
         if expected is not None:
             foreign.expect(machine.node.default_child, *expected)
@@ -362,6 +417,7 @@ def build(outdir: Path, *, acknowledge: bool = False) -> ForeignApp:
     _endpoints(foreign, main)
     _fleet(foreign, main)
     _training_pipeline(foreign, main)
+    _alarms(foreign, main)
     if acknowledge:
         for mistake, l1 in foreign.mistakes:
             cdk.Validations.of(l1).acknowledge(
