@@ -29,7 +29,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,7 @@ def run_local_job(
     timeout_s: float | None = None,
     on_start: Callable[[list[subprocess.Popen[bytes]]], None] | None = None,
     keep_trees: bool = False,
+    authorize: Callable[[Mapping[str, Any]], Sequence[str]] | None = None,
 ) -> LocalJobResult:
     """Run ``request`` locally: one process tree per host, each with its own ``/opt/ml`` tree.
 
@@ -177,7 +178,18 @@ def run_local_job(
     :param output_dir: where ``model.tar.gz`` and each host's ``failure`` are left (default: a new temp folder).
     :param env: extra environment of the container (after the request's ``Environment``).
     :param on_start: called with the host processes once started (tests send signals through it).
+    :param authorize: the downloads and uploads "as the role": called with the request before any channel is
+        placed, it returns each request SageMaker would make with the execution role and AWS would deny (for
+        example ``gpu_constructs.authz`` evaluating them against a synthesized app's policies); any denial stops the
+        run with :class:`LocalJobError`, as SageMaker stops the job while it downloads its input.
     """
+    if authorize is not None:
+        denied = list(authorize(request))
+        if denied:
+            raise LocalJobError(
+                f"SageMaker would stop job {request.get('TrainingJobName')} before its code runs: the execution role "
+                f"{request.get('RoleArn')} is denied {len(denied)} request(s): " + "; ".join(denied)
+            )
     paths = {name: Path(value) for name, value in channels.items()}
     missing = missing_channels(request, paths)
     if missing:

@@ -18,6 +18,7 @@ permissions boundary when that is a policy of the assembly), a bucket's policy a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,6 +64,9 @@ NAME_PROPERTIES: dict[str, str] = {
     "AWS::SSM::Parameter": "Name",
     "AWS::SageMaker::Model": "ModelName",
 }
+
+#: Resource types whose physical id has a fixed shape (``Ref``, and ``GroupId`` of a security group).
+ID_PREFIXES: dict[str, str] = {"AWS::EC2::Subnet": "subnet-", "AWS::EC2::SecurityGroup": "sg-", "AWS::EC2::VPC": "vpc-"}
 
 
 class UnresolvableValue(ValueError):
@@ -150,6 +154,8 @@ class Assembly:
                 return str(parameters[logical_id].get("Default", f"{logical_id}-param"))
             raise UnresolvableValue(f"{stack.name} has no resource or parameter {logical_id}")
         kind = str(definition.get("Type", ""))
+        if kind in ID_PREFIXES:  # ids AWS checks by shape: <prefix>-<17 hex digits>
+            return ID_PREFIXES[kind] + hashlib.sha256(f"{stack.name}/{logical_id}".encode()).hexdigest()[:17]
         given = (definition.get("Properties") or {}).get(NAME_PROPERTIES.get(kind, ""))
         if given is not None:
             return self.text(given, stack)
@@ -174,7 +180,7 @@ class Assembly:
             logical, attribute = argument.split(".", 1) if isinstance(argument, str) else argument
             if attribute == "Arn":
                 return self.arn(stack, logical)
-            if attribute in ("KeyId", "RoleId", "Name", "TopicName", "QueueName"):
+            if attribute in ("KeyId", "RoleId", "Name", "TopicName", "QueueName", "GroupId", "VpcId", "SubnetId"):
                 return self.physical_name(stack, logical)
             return f"{logical}-{attribute}"
         if function == "Fn::ImportValue":

@@ -62,7 +62,7 @@ def split_s3(uri: str) -> tuple[str, str]:
     return match.group("bucket"), match.group("key")
 
 
-def _kms_via_s3(principal: str, key_arn: str, region: str, context_arn: str, action: str, why: str) -> AuthRequest:
+def kms_via_s3(principal: str, key_arn: str, region: str, context_arn: str, action: str, why: str) -> AuthRequest:
     return AuthRequest(
         principal,
         action,
@@ -77,7 +77,7 @@ def _kms_via_s3(principal: str, key_arn: str, region: str, context_arn: str, act
     )
 
 
-def _object_key_context(assembly: Assembly, bucket: str, key: str) -> str:
+def kms_context_arn(assembly: Assembly, bucket: str, key: str) -> str:
     bucket_arn = f"arn:{PARTITION}:s3:::{bucket}"
     return bucket_arn if assembly.bucket_key_enabled(bucket) else f"{bucket_arn}/{key}"
 
@@ -96,8 +96,8 @@ def s3_read_requests(
     out.append(AuthRequest(principal, "s3:GetObject", f"arn:{PARTITION}:s3:::{bucket}/{sample_key}", SECURE, why))
     key_arn = assembly.bucket_key(bucket)
     if key_arn is not None:
-        context = _object_key_context(assembly, bucket, sample_key)
-        out.append(_kms_via_s3(principal, key_arn, region, context, "kms:Decrypt", why))
+        context = kms_context_arn(assembly, bucket, sample_key)
+        out.append(kms_via_s3(principal, key_arn, region, context, "kms:Decrypt", why))
     return out
 
 
@@ -109,9 +109,9 @@ def s3_write_requests(
     out = [AuthRequest(principal, "s3:PutObject", f"arn:{PARTITION}:s3:::{bucket}/{key}", SECURE, why)]
     key_arn = kms_key or assembly.bucket_key(bucket)
     if key_arn is not None and key_arn.startswith("arn:aws:kms:") and ":alias/" not in key_arn:
-        context = _object_key_context(assembly, bucket, key)
+        context = kms_context_arn(assembly, bucket, key)
         for action in ("kms:GenerateDataKey", "kms:Decrypt"):
-            out.append(_kms_via_s3(principal, key_arn, region, context, action, why))
+            out.append(kms_via_s3(principal, key_arn, region, context, action, why))
     return out
 
 
