@@ -22,30 +22,20 @@ from typing import Any
 
 import pytest
 from asl_runner import run
+from authz_helpers import as_role, denied, pipeline_definition, pipeline_machine, top_level, without
 from aws_cdk import aws_iam as iam
 
 from gpu_constructs.authz import Assembly, AuthRequest, check_requests, job_requests, start_job_requests
 from gpu_constructs.authz.api_calls import api_call_requests
-from gpu_constructs.authz.assembly import Located, state_machine_definition
 from gpu_constructs.rules._rule import StackView
-from gpu_constructs.rules.pack import _assembly_stacks
 from gpuctl.local_job import LocalJobError, run_local_job
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ddp_shards"
 
 
-def top_level(outdir: Path) -> list[StackView]:
-    return [s for s in _assembly_stacks(outdir) if Path(s.path).parent == outdir]
-
-
-def machine(assembly: Assembly) -> Located:
-    [found] = [m for m in assembly.resources("AWS::StepFunctions::StateMachine") if "Pipeline" in m.logical_id]
-    return found
-
-
 def task_calls(assembly: Assembly, execution_input: dict[str, Any]) -> list[Any]:
-    outcome = run(state_machine_definition(assembly, machine(assembly)), execution_input)
+    outcome = run(pipeline_definition(assembly), execution_input)
     assert outcome.status == "PAUSED_AT_TASK", (outcome.status, outcome.error, outcome.cause)
     return list(outcome.tasks)
 
@@ -54,37 +44,12 @@ def journey(assembly: Assembly, execution_input: dict[str, Any]) -> list[AuthReq
     """Every request of the execution's first SageMaker task: the job role's and the state machine role's."""
     [call] = task_calls(assembly, execution_input)
     kind = "training" if "TrainingJob" in call.resource else "processing"
-    located = machine(assembly)
+    located = pipeline_machine(assembly)
     machine_role = str(assembly.resolve(located.properties["RoleArn"], located.stack))
     return [
         *job_requests(assembly, kind, call.parameters),
         *start_job_requests(assembly, machine_role, kind, call.parameters),
     ]
-
-
-def without(stacks: list[StackView], action: str, where: str) -> Assembly:
-    """The assembly with ``action`` removed from every identity-policy statement whose JSON contains ``where``."""
-    out = []
-    removed = 0
-    for stack in stacks:
-        tpl = copy.deepcopy(dict(stack.template))
-        for resource in tpl["Resources"].values():
-            if resource["Type"] != "AWS::IAM::Policy":
-                continue
-            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                if action in actions and where in json.dumps(statement):
-                    statement["Action"] = [a for a in actions if a != action] or ["none:None"]
-                    removed += 1
-        out.append(StackView(stack.name, stack.account, stack.region, tpl, stack.path))
-    assert removed, f"no statement with {action} and {where!r}"
-    return Assembly(out)
-
-
-def denied(assembly: Assembly, requests: list[AuthRequest]) -> list[str]:
-    return sorted(
-        {f"{d.decision.request.subject}:{d.decision.request.action}" for d in check_requests(assembly, requests)}
-    )
 
 
 # -- dev and prod: the default job and the prepare step --------------------------------------------------------
@@ -166,11 +131,8 @@ def test_the_local_run_downloads_as_the_role(dev_stacks: list[StackView], tmp_pa
     assembly = without(dev_stacks, "s3:ListBucket", "cdk-hnb659fds-assets")
     [call] = task_calls(assembly, {})
 
-    def as_role(request: Any) -> list[str]:
-        return [str(d) for d in check_requests(assembly, job_requests(assembly, "training", request))]
-
     with pytest.raises(LocalJobError, match=r"is denied 2 request\(s\): .* may not s3:ListBucket on arn:aws:s3:::cdk"):
-        run_local_job(call.parameters, {}, output_dir=tmp_path, authorize=as_role)
+        run_local_job(call.parameters, {}, output_dir=tmp_path, authorize=as_role(assembly))
     allowed = Assembly(dev_stacks)
     assert check_requests(allowed, job_requests(allowed, "training", call.parameters)) == []
 

@@ -5,7 +5,9 @@
 2. Each request is run the way SageMaker runs it in the stock PyTorch training DLC: its ``ContainerEntrypoint`` and
    ``ContainerArguments`` in an emulated ``/opt/ml`` tree (``gpuctl.local_job``) whose channels hold what the
    request's S3 URIs point at: the code and launcher assets of the cloud assembly (what ``cdk deploy`` uploads,
-   found through the stack's asset manifest) and the dataset shards the test packs.
+   found through the stack's asset manifest) and the dataset shards the test packs. Every download and upload
+   is made "as the role": the requests SageMaker makes with the execution role are evaluated against the
+   synthesized policies first (``gpu_constructs.authz``), and a denied one fails the run as it fails the job.
 3. The default job (the built-in trainer, the dev config) leaves ``model.tar.gz``; it is served by ``gpu_serve``
    (the platform's server, over HTTP) and by the stock inference DLC's handler (sagemaker-inference's
    ``DefaultHandlerService``); one request through each gives the same prediction.
@@ -32,9 +34,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from asl_runner import SAMPLE_ACCOUNT, SAMPLE_REGION, definition_from_template, run, sample_value
+from asl_runner import SAMPLE_ACCOUNT, SAMPLE_REGION, run, sample_value
+from authz_helpers import as_role, pipeline_definition, top_level
 from container_helpers import TorchServeContext, make_images
 
+from gpu_constructs.authz import Assembly
 from gpu_constructs.training_spec import CODE_CHANNEL, DRIVERS_CHANNEL
 from gpu_constructs.training_spec.code_package import code_s3_key, package_source_dir
 from gpu_serve.process import ServerProcess
@@ -61,8 +65,14 @@ def template(dev: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def definition(template: dict[str, Any]) -> dict[str, Any]:
-    return definition_from_template(template)
+def assembly(dev: Any) -> Assembly:
+    """The dev app as one account: its names, ARNs and policies (gpu_constructs.authz)."""
+    return Assembly(top_level(dev.outdir))
+
+
+@pytest.fixture(scope="module")
+def definition(assembly: Assembly) -> dict[str, Any]:
+    return pipeline_definition(assembly)
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +135,18 @@ def test_the_dev_job_runs_the_launcher_on_the_stock_dlc(definition: dict[str, An
 
 @pytest.fixture(scope="module")
 def default_job(
-    definition: dict[str, Any], assets: dict[str, Path], shards: Path, tmp_path_factory: pytest.TempPathFactory
+    definition: dict[str, Any],
+    assembly: Assembly,
+    assets: dict[str, Path],
+    shards: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Any:
     request = train_request(definition, {"hyperparameters": TINY})
     result = run_local_job(
-        request, channel_data(request, assets, shards), output_dir=tmp_path_factory.mktemp("default-job")
+        request,
+        channel_data(request, assets, shards),
+        output_dir=tmp_path_factory.mktemp("default-job"),
+        authorize=as_role(assembly),
     )
     assert result.ok, result.failure
     return result
@@ -193,14 +210,12 @@ def test_the_trained_model_serves_the_same_prediction_on_gpu_serve_and_the_dlc(
     np.testing.assert_allclose(np.asarray(from_dlc), np.asarray(from_gpu_serve), rtol=1e-5, atol=1e-6)
 
 
-def _code_upload(template: dict[str, Any], source_dir: Path, tmp_path: Path) -> tuple[str, Path]:
+def _code_upload(assembly: Assembly, source_dir: Path, tmp_path: Path) -> tuple[str, Path]:
     """Where ``gpuctl train --source-dir`` would upload ``source_dir`` for this setup, and the package file."""
     [spec] = [
-        r["Properties"]["Value"]
-        for r in template["Resources"].values()
-        if r["Type"] == "AWS::SSM::Parameter" and "job-spec" in json.dumps(r["Properties"].get("Name", ""))
+        p for p in assembly.resources("AWS::SSM::Parameter") if "job-spec" in json.dumps(p.properties.get("Name", ""))
     ]
-    spec_json = json.loads(spec if isinstance(spec, str) else sample_value(spec, template))
+    spec_json = json.loads(assembly.text(spec.properties["Value"], spec.stack))
     package = package_source_dir(source_dir, "train.py")
     bucket = spec_json["code"]["upload_prefix"].split("/")[2]
     uri = f"s3://{bucket}/{code_s3_key(spec_json['job_name_prefix'], package)}"
@@ -210,12 +225,13 @@ def _code_upload(template: dict[str, Any], source_dir: Path, tmp_path: Path) -> 
 
 
 def test_a_bring_your_own_script_runs_from_an_execution_input(
-    definition: dict[str, Any], template: dict[str, Any], assets: dict[str, Path], shards: Path, tmp_path: Path
+    definition: dict[str, Any], assembly: Assembly, assets: dict[str, Path], shards: Path, tmp_path: Path
 ) -> None:
-    uri, package = _code_upload(template, EXAMPLE, tmp_path)
+    uri, package = _code_upload(assembly, EXAMPLE, tmp_path)
     request = train_request(definition, {"code": uri, "entry_point": "train.py", "hyperparameters": EXAMPLE_HP})
     assert request["AlgorithmSpecification"]["ContainerArguments"][:2] == ["--entry-point", "train.py"]
-    result = run_local_job(request, channel_data(request, assets, shards, {uri: package}), output_dir=tmp_path / "o")
+    channels = channel_data(request, assets, shards, {uri: package})
+    result = run_local_job(request, channels, output_dir=tmp_path / "o", authorize=as_role(assembly))
     assert result.ok, result.failure
     with tarfile.open(result.model_tarball) as archive:
         assert {"model.pt", "model_config.json"} <= set(archive.getnames())
@@ -249,7 +265,7 @@ def test_code_outside_the_setups_prefix_is_refused_before_any_job(definition: di
 )
 def test_failures_end_with_the_reason_sagemaker_shows(
     definition: dict[str, Any],
-    template: dict[str, Any],
+    assembly: Assembly,
     assets: dict[str, Path],
     shards: Path,
     tmp_path: Path,
@@ -260,9 +276,10 @@ def test_failures_end_with_the_reason_sagemaker_shows(
     source.mkdir()
     for name, text in files.items():
         (source / name).write_text(text)
-    uri, package = _code_upload(template, source, tmp_path)
+    uri, package = _code_upload(assembly, source, tmp_path)
     request = train_request(definition, {"code": uri, "entry_point": "train.py"})
-    result = run_local_job(request, channel_data(request, assets, shards, {uri: package}), output_dir=tmp_path / "o")
+    channels = channel_data(request, assets, shards, {uri: package})
+    result = run_local_job(request, channels, output_dir=tmp_path / "o", authorize=as_role(assembly))
     assert not result.ok and result.model_tarball is None
     assert failure in (result.failure or ""), result.failure
 
