@@ -3,9 +3,9 @@
 Two journeys, each derived from what the cloud assembly holds rather than from the constructs:
 
 * **a fleet instance's boot** (:func:`fleet_boot_journeys`): for each ``AWS::AutoScaling::AutoScalingGroup``, its
-  launch template's ``UserData`` (the rendered boot script), the instance profile's role (the principal: "an
-  application running on the instance can use the role's temporary credentials", EC2 User Guide, "IAM roles for
-  Amazon EC2"), the group's name and its launch lifecycle hooks;
+  launch template's ``UserData`` (the rendered boot script), the role of its instance profile (the principal:
+  processes on the instance sign with that role's temporary credentials, which the instance metadata service
+  serves; EC2 User Guide, "IAM roles for Amazon EC2"), the group's name and its launch lifecycle hooks;
 * **a notebook instance's start** (:func:`notebook_start_journeys`): for each ``AWS::SageMaker::NotebookInstance``,
   its lifecycle configuration's ``OnStart`` script, run with the notebook's execution role (``RoleArn``), plus the
   log stream SageMaker writes the script's output to with that role: "View CloudWatch Logs for notebook instance
@@ -18,10 +18,11 @@ The requests come from the script text (:func:`cli_calls`): every ``aws <service
 commands this module knows, each mapped to the IAM actions and resources the Service Authorization Reference
 gives for its API operation. A command that is not in the table raises :class:`UnmappedCommand`: a script that
 gains an AWS call gains its authorization check, or fails. Arguments are the script's settings (the ``export
-NAME='value'`` lines the constructs render above the script, resolved by :class:`~gpu_constructs.authz.assembly.
-Assembly`, then the script's own ``NAME=${NAME:-default}`` defaults); values known only at run time (the
-instance id, a local path) are stand-ins. An argument that names the resource and resolves to the empty string
-means the call is not made (each script guards its optional calls by that setting: no hook, no package).
+NAME='value'`` lines the constructs render above the script, resolved by
+:class:`~gpu_constructs.authz.assembly.Assembly`, then the script's own ``NAME=${NAME:-default}`` defaults);
+values known only at run time (the instance id, a local path) are stand-ins. An argument that names the resource
+and resolves to the empty string means the call is not made (each script guards its optional calls by that
+setting: no hook, no package).
 
 Besides the CLI, the boot script starts the CloudWatch agent (``amazon-cloudwatch-agent-ctl -a fetch-config``),
 which then calls AWS with the instance's role (amazon-cloudwatch-agent source, ``plugins/outputs/cloudwatchlogs/
@@ -49,6 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from gpu_constructs.authz.api_calls import api_call_requests
 from gpu_constructs.authz.assembly import PARTITION, Assembly, Located, UnresolvableValue
 from gpu_constructs.authz.journeys import s3_read_requests, s3_write_requests, split_s3
 from gpu_constructs.authz.policy import AuthRequest
@@ -189,10 +191,12 @@ def _s3api_get_object(ctx: ScriptContext, call: CliCall, region: str) -> list[Au
     return s3_read_requests(ctx.assembly, ctx.principal, uri, region, list_first=False, why=f"reads {uri}")
 
 
-def _ssm_parameter_arn(region: str, account: str, name: str) -> str:
+def _get_parameter(ctx: ScriptContext, name: str, region: str, why: str) -> list[AuthRequest]:
+    """``ssm:GetParameter`` of ``name`` (a name or an ARN), mapped by :mod:`~gpu_constructs.authz.api_calls`."""
     if name.startswith("arn:"):
-        return name
-    return f"arn:{PARTITION}:ssm:{region}:{account}:parameter/{name.lstrip('/')}"
+        return [AuthRequest(ctx.principal, "ssm:GetParameter", name, {}, why)]
+    found = api_call_requests(ctx.assembly, ctx.principal, "ssm", "GetParameter", {"Name": name}, region)
+    return [replace(r, why=why) for r in found]
 
 
 def _ssm_get_parameter(ctx: ScriptContext, call: CliCall, region: str) -> list[AuthRequest]:
@@ -200,8 +204,7 @@ def _ssm_get_parameter(ctx: ScriptContext, call: CliCall, region: str) -> list[A
     if not _named(name):
         raise UnresolvableValue(f"`{call.line}`: the parameter is not known before run time")
     assert name is not None
-    arn = _ssm_parameter_arn(region, ctx.account, name)
-    return [AuthRequest(ctx.principal, "ssm:GetParameter", arn, {}, f"reads the SSM parameter {name}")]
+    return _get_parameter(ctx, name, region, f"reads the SSM parameter {name}")
 
 
 def _put_metric_data(ctx: ScriptContext, call: CliCall, region: str) -> list[AuthRequest]:
@@ -241,7 +244,9 @@ CLI_COMMANDS: dict[tuple[str, str], CliCommand] = {
         f"the group named by --auto-scaling-group-name ({_ASG})",
         f"{SAR}/list_amazonec2autoscaling.html (RecordLifecycleActionHeartbeat: resource type autoScalingGroup*)",
         _group_request(
-            "autoscaling:RecordLifecycleActionHeartbeat", "extends the launch hook's timeout", "--auto-scaling-group-name"
+            "autoscaling:RecordLifecycleActionHeartbeat",
+            "extends the launch hook's timeout",
+            "--auto-scaling-group-name",
         ),
     ),
     ("autoscaling", "set-instance-health"): CliCommand(
@@ -251,15 +256,16 @@ CLI_COMMANDS: dict[tuple[str, str], CliCommand] = {
         _group_request("autoscaling:SetInstanceHealth", "marks the instance Unhealthy after a failed boot", None),
     ),
     ("s3", "cp"): CliCommand(
-        ("s3:GetObject", "s3:PutObject", "s3:ListBucket (--recursive)", "kms:Decrypt/kms:GenerateDataKey (SSE-KMS)"),
-        "arn:${Partition}:s3:::${BucketName}/${ObjectName}; the bucket's KMS key through S3",
+        ("s3:GetObject", "s3:PutObject", "s3:ListBucket", "kms:Decrypt", "kms:GenerateDataKey"),
+        "arn:${Partition}:s3:::${BucketName}/${ObjectName} (GetObject from S3, PutObject to S3); the bucket "
+        "arn:${Partition}:s3:::${BucketName} (ListBucket, --recursive); the bucket's KMS key through S3 (SSE-KMS)",
         f"{SAR}/list_amazons3.html (GetObject, PutObject: object*; ListBucket: bucket*); Amazon S3 User Guide, "
         "'Using server-side encryption with AWS KMS keys' (kms:Decrypt to read, kms:GenerateDataKey to write)",
         _s3_cp,
     ),
     ("s3api", "get-object"): CliCommand(
-        ("s3:GetObject", "kms:Decrypt (SSE-KMS)"),
-        "arn:${Partition}:s3:::${BucketName}/${ObjectName}",
+        ("s3:GetObject", "kms:Decrypt"),
+        "arn:${Partition}:s3:::${BucketName}/${ObjectName}; the bucket's KMS key through S3 (SSE-KMS)",
         f"{SAR}/list_amazons3.html (GetObject: object*)",
         _s3api_get_object,
     ),
@@ -399,7 +405,7 @@ def _unquoted_words(line: str) -> Iterator[int]:
 def _substitute(token: str, settings: Mapping[str, str]) -> str:
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
-        return settings[name] if name in settings else f"<run-time:{name}>"
+        return settings.get(name, f"<run-time:{name}>")
 
     return _VARIABLE_RE.sub(value, token)
 
@@ -512,8 +518,8 @@ def _cloudwatch_agent(ctx: ScriptContext, script: str, settings: Mapping[str, st
     for source in started:
         source = _substitute(source.strip("'\""), settings)
         if source.startswith("ssm:"):
-            arn = _ssm_parameter_arn(ctx.region, ctx.account, source.removeprefix("ssm:"))
-            out.append(AuthRequest(ctx.principal, "ssm:GetParameter", arn, {}, "the agent reads its configuration"))
+            name = source.removeprefix("ssm:")
+            out += _get_parameter(ctx, name, ctx.region, "the CloudWatch agent reads its configuration")
         elif source.startswith("file:"):
             config = "\n".join(_substitute(b, settings) for b in bodies if '"metrics"' in b or '"logs"' in b)
         else:
@@ -659,7 +665,9 @@ def fleet_boot_journeys(assembly: Assembly) -> list[ScriptJourney]:
             requests = script_requests(assembly, script, principal, group_name=name)
         problems += _hook_problems(assembly, group, name, script)
         journeys.append(
-            ScriptJourney("fleet-boot", name, stack, group.logical_id, principal, script, tuple(requests), tuple(problems))
+            ScriptJourney(
+                "fleet-boot", name, stack, group.logical_id, principal, script, tuple(requests), tuple(problems)
+            )
         )
     return journeys
 
