@@ -228,3 +228,42 @@ def test_gpuctl_train_source_dir_as_a_grant_run_jobs_principal(
     # Failing example: without the listing grant_run_jobs gives, S3 answers the package check with 403.
     narrowed = without(dev_stacks, "s3:ListBucket", "gpu-dev-train")
     assert denied(narrowed, requests) == [":s3:ListBucket"]
+
+
+def test_the_readme_states_the_calls_of_each_role_as_generated(synth: Any) -> None:
+    from platform_tools.authorization import BEGIN, END, journeys, load, table
+
+    assembly = load(synth("dev").outdir)
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block == "\n" + table(assembly, journeys(assembly)), (
+        "README's authorization table is stale: run `python -m platform_tools.authorization cdk.out --readme README.md`"
+    )
+    assert "`s3:ListBucket`, `s3:GetObject`" in block and "channel code (S3Prefix) is downloaded" in block
+
+
+def test_the_authorization_command_fails_on_a_denied_request(
+    synth: Any, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    import shutil
+
+    from platform_tools.authorization import main
+
+    outdir = synth("dev").outdir
+    assert main([str(outdir)]) == 0
+    assert "0 denied" in capsys.readouterr().out
+    copy_dir = tmp_path / "cdk.out"
+    shutil.copytree(outdir, copy_dir, ignore=shutil.ignore_patterns("asset.*"))
+    [training] = copy_dir.glob("*-training.template.json")
+    template = json.loads(training.read_text())
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::IAM::Policy":
+            statements = resource["Properties"]["PolicyDocument"]["Statement"]
+            resource["Properties"]["PolicyDocument"]["Statement"] = [
+                s for s in statements if not (s["Action"] == "s3:ListBucket" and "cdk-hnb659fds" in json.dumps(s))
+            ]
+    training.write_text(json.dumps(template))
+    assert main([str(copy_dir)]) == 1
+    err = capsys.readouterr().err
+    assert "DENIED" in err and "may not s3:ListBucket on arn:aws:s3:::cdk-hnb659fds-assets" in err
+    assert main([str(tmp_path / "none")]) == 2
