@@ -30,12 +30,11 @@ MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600
 #: The ceiling the platform applies to ``MaxWaitTimeInSeconds`` (spot wait plus runtime): the same 28 days. botocore
 #: 1.44.5 declares no maximum for it (``min: 1``); its sibling ``MaxPendingTimeInSeconds`` has ``max: 2419200``.
 MAX_WAIT_LIMIT_S = MAX_RUNTIME_LIMIT_S
-#: Processing jobs (the prepare step) run at most 5 days.
-PROCESSING_MAX_RUNTIME_S = 5 * 24 * 3600
 #: SageMaker's limit on a processing job's ``ProcessingStoppingCondition.MaxRuntimeInSeconds``: 777,600 s = 9 days
 #: (botocore 1.44.8, sagemaker, shape ``ProcessingMaxRuntimeInSeconds``: ``min: 1``, ``max: 777600``; botocore's
-#: validator checks only ``min``).
+#: validator checks only ``min``). The prepare step's spec and config check against it, so their messages quote it.
 PROCESSING_MAX_RUNTIME_LIMIT_S = 777600
+PROCESSING_MAX_RUNTIME_S = PROCESSING_MAX_RUNTIME_LIMIT_S
 #: ``ResourceConfig.VolumeSizeInGB`` of a training job, GB.
 VOLUME_SIZE_GB = (1, 16384)
 #: ``RetryStrategy.MaximumRetryAttempts``.
