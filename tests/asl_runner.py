@@ -40,6 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpu_constructs.authz.assembly import ARN_FORMATS as AUTHZ_ARN_FORMATS
+
 # --------------------------------------------------------------------------------------------------
 # Sample deploy-time values (definition_from_template) and the execution's context object
 # --------------------------------------------------------------------------------------------------
@@ -64,19 +66,8 @@ PSEUDO_PARAMETERS: dict[str, str] = {
     ),
 }
 
-# ARN shapes of ``Fn::GetAtt <Resource>.Arn`` by resource type; ``{name}`` is the resource's sample physical name.
-ARN_FORMATS: dict[str, str] = {
-    "AWS::IAM::Role": "arn:{partition}:iam::{account}:role/{name}",
-    "AWS::Lambda::Function": "arn:{partition}:lambda:{region}:{account}:function:{name}",
-    "AWS::S3::Bucket": "arn:{partition}:s3:::{name}",
-    "AWS::KMS::Key": "arn:{partition}:kms:{region}:{account}:key/{name}",
-    "AWS::SNS::Topic": "arn:{partition}:sns:{region}:{account}:{name}",
-    "AWS::SQS::Queue": "arn:{partition}:sqs:{region}:{account}:{name}",
-    "AWS::StepFunctions::StateMachine": "arn:{partition}:states:{region}:{account}:stateMachine:{name}",
-    "AWS::Logs::LogGroup": "arn:{partition}:logs:{region}:{account}:log-group:{name}:*",
-    "AWS::DynamoDB::Table": "arn:{partition}:dynamodb:{region}:{account}:table/{name}",
-    "AWS::ECR::Repository": "arn:{partition}:ecr:{region}:{account}:repository/{name}",
-}
+# ARN shapes of ``Fn::GetAtt <Resource>.Arn`` by resource type (the authorization model's: one table of ARN shapes).
+ARN_FORMATS = AUTHZ_ARN_FORMATS
 
 JSONPATH = "JSONPath"
 JSONATA = "JSONata"
