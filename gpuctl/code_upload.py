@@ -17,6 +17,7 @@ from gpuctl.aws_errors import AwsProblem, explain
 
 __all__ = ["upload_package"]
 
+
 def _size(n: int) -> str:
     return f"{n / 1024**2:.1f} MiB" if n >= 1024**2 else f"{n / 1024:.1f} KiB"
 
