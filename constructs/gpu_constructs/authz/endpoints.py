@@ -122,7 +122,9 @@ def endpoint_requests(assembly: Assembly, endpoint: Located) -> list[AuthRequest
     assembly), in the order SageMaker makes them: models and images, logs and metrics, traffic, guardrails."""
     stack = endpoint.stack
     name = _endpoint_name(assembly, endpoint)
-    config = _referenced(assembly, stack, endpoint.properties.get("EndpointConfigName"), "AWS::SageMaker::EndpointConfig")
+    config = _referenced(
+        assembly, stack, endpoint.properties.get("EndpointConfigName"), "AWS::SageMaker::EndpointConfig"
+    )
     out: list[AuthRequest] = []
     roles: list[str] = []
     for variant in config.properties.get("ProductionVariants") or []:
@@ -164,7 +166,9 @@ def _model_data(
 ) -> list[AuthRequest]:
     if container.get("ModelDataUrl") is not None:
         uri = assembly.text(container["ModelDataUrl"], stack)
-        return _tag(s3_read_requests(assembly, role, uri, region, list_first=False, why="the model is downloaded"), "model")
+        return _tag(
+            s3_read_requests(assembly, role, uri, region, list_first=False, why="the model is downloaded"), "model"
+        )
     source = (container.get("ModelDataSource") or {}).get("S3DataSource")
     if source:
         uri = assembly.text(source["S3Uri"], stack)
@@ -353,7 +357,9 @@ def _publish(assembly: Assembly, role: str, region: str, topic: str, which: str)
                 "kms:CallerAccount": role.split(":")[4],
                 **_principal_context(role),
             }
-            out += [AuthRequest(role, action, key, kms_context, why) for action in ("kms:GenerateDataKey", "kms:Decrypt")]
+            out += [
+                AuthRequest(role, action, key, kms_context, why) for action in ("kms:GenerateDataKey", "kms:Decrypt")
+            ]
     return out
 
 
@@ -395,6 +401,4 @@ def _principal_context(role: str) -> dict[str, str]:
 
 
 def _tag(requests: Sequence[AuthRequest], subject: str) -> list[AuthRequest]:
-    return [
-        AuthRequest(r.principal, r.action, r.resource, r.context, r.why, subject or r.subject) for r in requests
-    ]
+    return [AuthRequest(r.principal, r.action, r.resource, r.context, r.why, subject or r.subject) for r in requests]

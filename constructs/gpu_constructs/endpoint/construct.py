@@ -209,6 +209,7 @@ class GpuEndpoint(Construct):
         self.rollback_alarms: list[cloudwatch.Alarm] = create_alarms(
             self, self._metrics, self.alarm_thresholds, self.alarm_topic, self.gpu_count
         )
+        self._grant_rollback_alarms()
         self._create_endpoint(timeouts, retain_variant_properties=bool(autoscaling or off_hours))
 
         # -- autoscaling, monitoring, acknowledgments ----------------------------------------------------
@@ -527,6 +528,21 @@ class GpuEndpoint(Construct):
             self._grant_network_interfaces(vpc)
         # The ML storage volume and outputs without their own key are encrypted with this key.
         self.encryption_key.grant(self.role, "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey")
+
+    def _grant_rollback_alarms(self) -> None:
+        """SageMaker reads the auto-rollback alarms with the execution role while it shifts traffic: "If you plan to
+        use the SageMaker deployment guardrails feature for model deployment in production, ensure that your
+        execution role has permission to perform the ``cloudwatch:DescribeAlarms`` action on your auto-rollback
+        alarms" (SageMaker Developer Guide, "CreateModel API: Execution Role Permissions",
+        https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-roles.html#sagemaker-roles-createmodel-perms).
+        """
+        if self.rollback_alarms:
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["cloudwatch:DescribeAlarms"],
+                    resources=[alarm.alarm_arn for alarm in self.rollback_alarms],
+                )
+            )
 
     def _grant_network_interfaces(self, vpc: ec2.IVpc) -> None:
         """SageMaker attaches the model to the VPC through network interfaces it creates with this role.
