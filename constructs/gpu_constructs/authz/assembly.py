@@ -49,9 +49,13 @@ ARN_FORMATS: dict[str, str] = {
     "AWS::SSM::Parameter": "arn:{partition}:ssm:{region}:{account}:parameter/{name}",
     "AWS::FSx::FileSystem": "arn:{partition}:fsx:{region}:{account}:file-system/{name}",
     "AWS::SageMaker::Model": "arn:{partition}:sagemaker:{region}:{account}:model/{name}",
+    "AWS::CloudWatch::Alarm": "arn:{partition}:cloudwatch:{region}:{account}:alarm:{name}",
+    "AWS::IAM::OIDCProvider": "arn:{partition}:iam::{account}:oidc-provider/{name}",
 }
 #: ``Ref`` of these types is the resource's ARN, not its name.
-REF_IS_ARN = frozenset({"AWS::SNS::Topic", "AWS::StepFunctions::StateMachine", "AWS::IAM::ManagedPolicy"})
+REF_IS_ARN = frozenset(
+    {"AWS::SNS::Topic", "AWS::StepFunctions::StateMachine", "AWS::IAM::ManagedPolicy", "AWS::IAM::OIDCProvider"}
+)
 #: The property that names a resource, by type.
 NAME_PROPERTIES: dict[str, str] = {
     "AWS::S3::Bucket": "BucketName",
@@ -63,6 +67,7 @@ NAME_PROPERTIES: dict[str, str] = {
     "AWS::StepFunctions::StateMachine": "StateMachineName",
     "AWS::SSM::Parameter": "Name",
     "AWS::SageMaker::Model": "ModelName",
+    "AWS::CloudWatch::Alarm": "AlarmName",
 }
 
 #: Resource types whose physical id has a fixed shape (``Ref``, and ``GroupId`` of a security group).
@@ -156,6 +161,9 @@ class Assembly:
         kind = str(definition.get("Type", ""))
         if kind in ID_PREFIXES:  # ids AWS checks by shape: <prefix>-<17 hex digits>
             return ID_PREFIXES[kind] + hashlib.sha256(f"{stack.name}/{logical_id}".encode()).hexdigest()[:17]
+        if kind == "AWS::IAM::OIDCProvider" and (definition.get("Properties") or {}).get("Url"):
+            # IAM names a provider by its issuer's host and path: arn:aws:iam::<account>:oidc-provider/<host/path>
+            return self.text(definition["Properties"]["Url"], stack).removeprefix("https://").rstrip("/")
         given = (definition.get("Properties") or {}).get(NAME_PROPERTIES.get(kind, ""))
         if given is not None:
             return self.text(given, stack)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, Literal
 
@@ -95,7 +95,15 @@ class Decision:
 
 
 def evaluate(request: AuthRequest, policies: PolicySet) -> Decision:
-    """Same-account evaluation of ``request`` against ``policies`` (see the module docstring)."""
+    """Same-account evaluation of ``request`` against ``policies`` (see the module docstring).
+
+    The global keys every request of a role session carries are added to its context: ``aws:PrincipalArn`` (the
+    role's ARN) and ``aws:PrincipalAccount`` ("AWS global condition context keys": both are "always included in
+    the request context"); the request's own context wins."""
+    request = replace(
+        request,
+        context={"aws:PrincipalArn": request.principal, "aws:PrincipalAccount": request.account, **request.context},
+    )
     kms = request.action.lower().startswith("kms:") and ":key/" in request.resource
     identity = [(f"identity[{i}]", doc) for i, doc in enumerate(policies.identity)]
     boundary = [("boundary", policies.boundary)] if policies.boundary is not None else []
