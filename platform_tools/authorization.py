@@ -4,11 +4,15 @@
 the cloud assembly (``gpu_constructs.authz``) and evaluates each against the synthesized identity and resource
 policies: it prints one line per journey and exits 1, listing each denied request, when any would be denied.
 ``--readme README.md`` rewrites the README's table of calls between its markers (``--check``: exit 1 when it is
-stale), so the README's account of who calls what is generated from the same model the tests evaluate.
+stale), so the README's account of who calls what is generated from the same model the tests evaluate. The GitOps
+runner's journeys depend on the command line it runs (``cdk deploy --all``), not only on the app: they are added with
+``--gitops`` (and with ``--readme``).
 
 Journeys: the training job as ``gpuctl train`` renders it from the setup's job spec (the SSM parameter the stack
 writes: ``TrainingJobSpec.to_request``); each fleet's boot script and each notebook's on-start script (the AWS CLI
-calls of the synthesized user data and lifecycle configuration: ``gpu_constructs.authz.instances``); and every
+calls of the synthesized user data and lifecycle configuration: ``gpu_constructs.authz.instances``); each endpoint
+(``gpu_constructs.authz.endpoints``); the GitOps runner's ``cdk deploy --all`` / ``cdk diff --all`` with the gitops
+stack's roles (``gpu_constructs.authz.gitops``); and every
 SageMaker task of each state machine with what is known before it runs (the prepare step, the state machine's own
 create-job and pass-role requests).
 """
@@ -25,6 +29,8 @@ from pathlib import Path
 
 from gpu_constructs.authz import Assembly, AuthRequest, check_requests, job_requests, start_job_requests
 from gpu_constructs.authz.assembly import state_machine_definition
+from gpu_constructs.authz.endpoints import endpoint_journeys
+from gpu_constructs.authz.gitops import gitops_role_arns, runner_journey, stack_roles
 from gpu_constructs.authz.instances import fleet_boot_journeys, notebook_start_journeys
 from gpu_constructs.rules.pack import _assembly_stacks
 from gpu_constructs.rules.sagemaker_job_role_authorized import sagemaker_tasks
@@ -48,7 +54,9 @@ def load(outdir: Path) -> Assembly:
     return Assembly([s for s in _assembly_stacks(outdir) if Path(s.path).parent == outdir])
 
 
-def journeys(assembly: Assembly) -> list[Journey]:
+def journeys(assembly: Assembly, outdir: Path | None = None) -> list[Journey]:
+    """Every journey of the assembly; with ``outdir`` (its cloud assembly folder) also the GitOps runner's
+    ``cdk deploy --all`` and ``cdk diff --all`` with the roles of the gitops stack."""
     found: list[Journey] = []
     for parameter in assembly.resources("AWS::SSM::Parameter"):
         if "job-spec" not in json.dumps(parameter.properties.get("Name", "")):
@@ -64,6 +72,14 @@ def journeys(assembly: Assembly) -> list[Journey]:
     for script in [*fleet_boot_journeys(assembly), *notebook_start_journeys(assembly)]:
         what = "fleet instance boot script" if script.kind == "fleet-boot" else "notebook instance on-start script"
         found.append(Journey(f"{what} ({script.name})", script.requests))
+    for endpoint in endpoint_journeys(assembly):
+        found.append(Journey(f"endpoint {endpoint.name} (SageMaker hosting)", endpoint.requests))
+    if outdir is not None:
+        roles = gitops_role_arns(assembly)
+        for mode, command in (("deploy", "deploy"), ("diff", "diff")):
+            if mode in roles:
+                runner = runner_journey(roles[mode], command, stack_roles(outdir))  # type: ignore[arg-type]
+                found.append(Journey(f"GitOps runner: cdk {command} --all ({mode} role)", runner.requests))
     for machine in assembly.resources("AWS::StepFunctions::StateMachine"):
         definition = state_machine_definition(assembly, machine)
         machine_role = str(assembly.resolve(machine.properties.get("RoleArn"), machine.stack))
@@ -112,13 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cdk_out", type=Path, help="the synthesized cloud assembly (cdk.out)")
     parser.add_argument("--readme", type=Path, help="rewrite this README's table between its markers")
     parser.add_argument("--check", action="store_true", help="with --readme: exit 1 when the table is stale")
+    parser.add_argument(
+        "--gitops",
+        action="store_true",
+        help="also the GitOps runner's cdk deploy/diff --all with the gitops stack's roles (implied by --readme)",
+    )
     args = parser.parse_args(argv)
     if not (args.cdk_out / "manifest.json").is_file():
         print(f"authorization: {args.cdk_out}/manifest.json does not exist; allowed: a synthesized cloud assembly "
               "(make synth)", file=sys.stderr)  # fmt: skip
         return 2
     assembly = load(args.cdk_out)
-    found = journeys(assembly)
+    found = journeys(assembly, args.cdk_out if args.gitops or args.readme else None)
     refused = [d for j in found for d in check_requests(assembly, j.requests)]
     total = sum(len(j.requests) for j in found)
     for denial in refused:

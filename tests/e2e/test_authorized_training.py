@@ -233,10 +233,11 @@ def test_gpuctl_train_source_dir_as_a_grant_run_jobs_principal(
 def test_the_readme_states_the_calls_of_each_role_as_generated(synth: Any) -> None:
     from platform_tools.authorization import BEGIN, END, journeys, load, table
 
-    assembly = load(synth("dev").outdir)
+    outdir = synth("dev").outdir
+    assembly = load(outdir)
     readme = (ROOT / "README.md").read_text()
     block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert block == "\n" + table(assembly, journeys(assembly)), (
+    assert block == "\n" + table(assembly, journeys(assembly, outdir)), (
         "README's authorization table is stale: run `python -m platform_tools.authorization cdk.out --readme README.md`"
     )
     assert "`s3:ListBucket`, `s3:GetObject`" in block and "channel code (S3Prefix) is downloaded" in block

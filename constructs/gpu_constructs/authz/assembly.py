@@ -71,7 +71,12 @@ NAME_PROPERTIES: dict[str, str] = {
 }
 
 #: Resource types whose physical id has a fixed shape (``Ref``, and ``GroupId`` of a security group).
-ID_PREFIXES: dict[str, str] = {"AWS::EC2::Subnet": "subnet-", "AWS::EC2::SecurityGroup": "sg-", "AWS::EC2::VPC": "vpc-"}
+ID_PREFIXES: dict[str, str] = {
+    "AWS::EC2::Subnet": "subnet-",
+    "AWS::EC2::SecurityGroup": "sg-",
+    "AWS::EC2::VPC": "vpc-",
+    "AWS::FSx::FileSystem": "fs-",
+}
 
 
 class UnresolvableValue(ValueError):

@@ -183,13 +183,13 @@ def runner_journey(role: str, command: Command, stacks: Iterable[StackRoles]) ->
     for stack in stacks:
         if command == "deploy":
             assume(
-                stack.deploy, f"cdk deploy {stack.stack}: CloudFormation through the deploy role", "deploy", stack.tags
+                stack.deploy, "cdk deploy: each stack's CloudFormation through the deploy role", "deploy", stack.tags
             )
             for arn in stack.publishing:
-                assume(arn, f"cdk deploy {stack.stack}: its assets are published", "publish", stack.tags)
+                assume(arn, "cdk deploy: the stacks' assets are published", "publish", stack.tags)
             checker = stack.deploy
         else:
-            assume(stack.lookup, f"cdk diff {stack.stack}: the deployed template is read", "lookup", stack.tags)
+            assume(stack.lookup, "cdk diff: each stack's deployed template is read", "lookup", stack.tags)
             checker = stack.lookup
             if stack.lookup is None:
                 # No lookup role: the CLI reads the deployed template with the runner's own credentials
