@@ -33,33 +33,19 @@ from gpu_constructs.authz.assembly import Assembly, Located, UnresolvableValue, 
 from gpu_constructs.authz.journeys import JobKind, check_requests, job_requests, start_job_requests
 from gpu_constructs.authz.policy import AuthRequest, UnsupportedPolicy
 from gpu_constructs.rules._rule import NOT_APPLICABLE, Resource, Result, StackView, rule
+from gpu_constructs.rules._training import _PROCESSING_TASK_RESOURCE, _TASK_RESOURCE, _tasks
 
-_TASK = re.compile(
-    r"^arn:[^:]+:states:::(?:aws-sdk:)?sagemaker:create(?P<kind>Training|Processing)Job(?:\.sync|\.waitForTaskToken)?$"
-)
 _FORMAT = re.compile(r"^States\.Format\('(?P<template>(?:[^'\\]|\\.)*)'")
 
 
 def sagemaker_tasks(machine: Mapping[str, Any]) -> Iterator[tuple[str, JobKind, Mapping[str, Any]]]:
-    """``(state name, job kind, request)`` of every SageMaker create-job task, nested states included; the request
-    keeps only what is known before the run (see :func:`known_part`)."""
-    states = machine.get("States")
-    if not isinstance(states, Mapping):
-        return
-    for name, state in states.items():
-        if not isinstance(state, Mapping):
-            continue
-        match = _TASK.match(str(state.get("Resource", ""))) if state.get("Type") == "Task" else None
-        if match is not None:
-            kind: JobKind = "training" if match.group("kind") == "Training" else "processing"
-            yield str(name), kind, known_part(state.get("Parameters", state.get("Arguments", {})))
-        for key in ("Branches",):
-            for branch in state.get(key) or []:
-                if isinstance(branch, Mapping):
-                    yield from sagemaker_tasks(branch)
-        for key in ("ItemProcessor", "Iterator"):
-            if isinstance(state.get(key), Mapping):
-                yield from sagemaker_tasks(state[key])
+    """``(state name, job kind, request)`` of every SageMaker create-job task (the training rules' reader of state
+    machines: nested states and the ``aws-sdk`` integrations included); the request keeps only what is known before
+    the run (see :func:`known_part`)."""
+    for name, params in _tasks(machine, _TASK_RESOURCE):
+        yield name, "training", known_part(params)
+    for name, params in _tasks(machine, _PROCESSING_TASK_RESOURCE):
+        yield name, "processing", known_part(params)
 
 
 def known_part(value: Any) -> Any:
