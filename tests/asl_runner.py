@@ -35,6 +35,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -468,6 +469,17 @@ INTRINSICS: dict[str, tuple[int | None, Callable[..., Any] | None]] = {
 _JSONATA = re.compile(r"\A\{%(.*)%\}\Z", re.DOTALL)
 
 
+def _import_jsonata() -> None:
+    """Import jsonata-python without its side effect: on import it raises the process's recursion limit to 10,000
+    and leaves it there, which other code of the same test process (a JSON parser's depth limit) must not see."""
+    limit = sys.getrecursionlimit()
+    try:
+        import jsonata.jexception
+        import jsonata.utils  # noqa: F401
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def is_jsonata(value: Any) -> bool:
     """A JSONata expression field: a string wholly enclosed in ``{% ... %}`` (developer guide, JSONata)."""
     return isinstance(value, str) and _JSONATA.match(value) is not None
@@ -475,6 +487,7 @@ def is_jsonata(value: Any) -> bool:
 
 def jsonata_value(value: Any) -> Any:
     """JSON for jsonata-python, whose evaluator reads Python ``None`` as "undefined" (JSON null is a sentinel)."""
+    _import_jsonata()
     from jsonata.utils import Utils
 
     if value is None:
@@ -488,6 +501,7 @@ def jsonata_value(value: Any) -> Any:
 
 def _from_jsonata(value: Any) -> Any:
     """jsonata-python's result as JSON: its null sentinel -> None, sequences -> lists, 30.0 -> 30 (JSON numbers)."""
+    _import_jsonata()
     from jsonata.utils import Utils
 
     if isinstance(value, Utils.NullValue):
@@ -505,6 +519,7 @@ def _from_jsonata(value: Any) -> Any:
 
 def _jsonata(expression: str, states: Mapping[str, Any]) -> Any:
     """Evaluate ``{% body %}`` with ``$states`` bound; :data:`_MISSING` when the result is undefined."""
+    _import_jsonata()
     import jsonata
 
     match = _JSONATA.match(expression)
@@ -839,6 +854,7 @@ class _Execution:
             return [self._jsonata_field(v, raw, field_name, **extra) for v in template]
         if not is_jsonata(template):
             return copy.deepcopy(template)
+        _import_jsonata()
         from jsonata.jexception import JException
 
         states = {"input": raw, "context": self.context, **extra}
