@@ -128,18 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cdk_out", type=Path, help="the synthesized cloud assembly (cdk.out)")
     parser.add_argument("--readme", type=Path, help="rewrite this README's table between its markers")
     parser.add_argument("--check", action="store_true", help="with --readme: exit 1 when the table is stale")
-    parser.add_argument(
-        "--gitops",
-        action="store_true",
-        help="also the GitOps runner's cdk deploy/diff --all with the gitops stack's roles (implied by --readme)",
-    )
     args = parser.parse_args(argv)
     if not (args.cdk_out / "manifest.json").is_file():
         print(f"authorization: {args.cdk_out}/manifest.json does not exist; allowed: a synthesized cloud assembly "
               "(make synth)", file=sys.stderr)  # fmt: skip
         return 2
     assembly = load(args.cdk_out)
-    found = journeys(assembly, args.cdk_out if args.gitops or args.readme else None)
+    found = journeys(assembly, args.cdk_out)
     refused = [d for j in found for d in check_requests(assembly, j.requests)]
     total = sum(len(j.requests) for j in found)
     for denial in refused:

@@ -89,6 +89,8 @@ def build_app(
             pipeline=config.pipeline,
             termination_protection=config.termination_protection,
         )
+        if platform.gitops is not None:  # the runner's `cdk diff --all` reads the support stacks itself
+            platform.gitops.allow_template_reads(pipeline.support_stacks)
     check_one_oidc_provider_per_account(app)  # IAM: one OIDC provider per URL per account
     if nag:
         add_nag_packs(app)

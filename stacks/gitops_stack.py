@@ -8,9 +8,10 @@ account would both create it (rule ``GpuPlatform-OidcProviderOncePerAccount`` ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import CfnOutput, Token
+from aws_cdk import CfnOutput, Stack, Token
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -74,6 +75,13 @@ class GitOpsStack(PlatformStack):
         self.providers[url] = role.provider
         CfnOutput(self, f"{construct_id}Arn", value=role.role_arn, description=f"role-to-assume for CI ({mode})")
         return role
+
+    def allow_template_reads(self, stacks: Sequence[Stack]) -> None:
+        """Both roles may read the deployed template of ``stacks`` (stacks without a CDK lookup role, which
+        ``cdk diff --all`` reads with the runner's own role)."""
+        for role in (self.deploy_role, self.diff_role):
+            if role is not None:
+                role.allow_template_reads(stacks)
 
     @property
     def view(self) -> StackView:

@@ -209,6 +209,12 @@ class PipelineStack(Stack):
         self.code_pipeline.add_stage(stage, pre=pre)
         self.stages[name] = (stage, diff, approval)
 
+    @property
+    def support_stacks(self) -> list[Stack]:
+        """CodePipeline's cross-region support stacks (one per region of a stage other than the pipeline's): they
+        have no CDK lookup role, so ``cdk diff`` reads them with the caller's own credentials."""
+        return [support.stack for support in self.code_pipeline.pipeline.cross_region_support.values()]
+
     def _harden(self) -> None:
         """Document the findings of the resources aws-cdk-lib ``pipelines`` generates (roles, projects, the
         cross-region replication bucket), fix what can be fixed, and leave anything unexpected reported."""

@@ -17,6 +17,7 @@ from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.oidc_facts import PRESETS, IssuerPreset, provider_arn, provider_name
 
@@ -26,6 +27,12 @@ Mode = Literal["deploy", "diff"]
 #: The CDK bootstrap roles (``cdk bootstrap``'s default template) a deploy needs.
 CDK_BOOTSTRAP_ROLES: tuple[str, ...] = ("deploy", "file-publishing", "image-publishing", "lookup")
 DEFAULT_CDK_QUALIFIER = "hnb659fds"
+
+#: Why ``stack/<name>/*`` is safe: the suffix is the stack id CloudFormation appends to a stack's ARN.
+STACK_ID_WILDCARD_REASON = (
+    "Safe because the wildcard is the stack id CloudFormation appends to the ARN of one named stack (its name is "
+    "exact), and the actions only read that stack's description and template"
+)
 
 
 class GitOpsDeployRole(Construct):
@@ -127,6 +134,36 @@ class GitOpsDeployRole(Construct):
             ],
             roles=[self.role],
         )
+
+    def allow_template_reads(self, stacks: Sequence[Stack]) -> None:
+        """Let ``cdk diff`` read the deployed template of ``stacks``, stacks that have no CDK lookup role
+        (CodePipeline's cross-region support stacks): the CLI reads those with the runner's own credentials
+        (``cloudformation:DescribeStacks``, ``cloudformation:GetTemplate``), and a denial stops the whole diff."""
+        if not stacks:
+            return
+        here = Stack.of(self)
+        arns = [
+            here.format_arn(
+                service="cloudformation",
+                resource="stack",
+                resource_name=f"{s.stack_name}/*",
+                region=s.region,
+                account=s.account,
+            )
+            for s in stacks
+        ]
+        self.policy.add_statements(
+            iam.PolicyStatement(
+                sid="ReadTemplatesOfStacksWithoutLookupRole",
+                actions=["cloudformation:DescribeStacks", "cloudformation:GetTemplate"],
+                resources=arns,
+            )
+        )
+        cfn = self.policy.node.default_child
+        assert isinstance(cfn, iam.CfnManagedPolicy)
+        for arn in arns:
+            finding = f"IAM5[Resource::{nag.flatten_reference(here.resolve(arn))}]"
+            nag.acknowledge(cfn, nag.AWS_SOLUTIONS, finding, STACK_ID_WILDCARD_REASON)
 
     @property
     def role_arn(self) -> str:

@@ -326,3 +326,34 @@ def test_bad_oidc_provider_setting(tmp_path: Path, gitops: dict[str, Any], messa
         _config(tmp_path, "prod", **gitops)
     assert message in str(raised.value)
     assert "prod.yaml" in str(raised.value)
+
+
+def test_reads_only_the_templates_of_the_stacks_without_a_lookup_role() -> None:
+    """``cdk diff`` reads a stack without a lookup role (CodePipeline's cross-region support stack) with the
+    runner's own role: the role may read those stacks' description and template, and nothing else."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "GitOps", env=cdk.Environment(account="111122223333", region="us-west-2"))
+    support = cdk.Stack(
+        app,
+        "Support",
+        stack_name="pipeline-support-us-east-1",
+        env=cdk.Environment(account="111122223333", region="us-east-1"),
+    )
+    cdk.CfnWaitConditionHandle(support, "Handle")  # a stack needs one resource
+    role = GitOpsDeployRole(stack, "Deploy", subjects=["repo:acme/gpu-platform:ref:refs/heads/main"])
+    role.allow_template_reads([support])
+    policy = next(iter(assertions.Template.from_stack(stack).find_resources("AWS::IAM::ManagedPolicy").values()))
+    statements = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    read = statements["ReadTemplatesOfStacksWithoutLookupRole"]
+    assert read["Action"] == ["cloudformation:DescribeStacks", "cloudformation:GetTemplate"]
+    assert read["Resource"] == {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":cloudformation:us-east-1:111122223333:stack/pipeline-support-us-east-1/*",
+            ],
+        ]
+    }
+    assert set(statements) == {"AssumeCdkBootstrapRoles", "ReadTemplatesOfStacksWithoutLookupRole"}
