@@ -24,7 +24,8 @@ from stacks.config import ConfigError, OidcDeployConfig
 
 
 class GitOpsStack(PlatformStack):
-    """OIDC trust for the configured repository and branch/environment; may only assume CDK bootstrap roles.
+    """OIDC trust for the configured repository and branch/environment; may only assume CDK bootstrap roles (and read
+    the templates of the stacks that have no lookup role: :meth:`allow_template_reads`).
 
     :param config: the environment (its ``gitops.oidc_provider`` and region).
     :param deploy: the deploy role's settings (``None``: no deploy role).

@@ -36,7 +36,8 @@ STACK_ID_WILDCARD_REASON = (
 
 
 class GitOpsDeployRole(Construct):
-    """A role for an OIDC-authenticated CI runner that may only assume the CDK bootstrap roles.
+    """A role for an OIDC-authenticated CI runner that may only assume the CDK bootstrap roles (plus, through
+    :meth:`allow_template_reads`, read the template of stacks that have no CDK lookup role).
 
     :param subjects: exact ``sub`` claims to trust (at least one; no ``*``/``?`` wildcards; no pull-request
         subjects). GitHub: ``repo:acme/gpu-platform:ref:refs/heads/main`` or
@@ -120,7 +121,7 @@ class GitOpsDeployRole(Construct):
             for region in regions
             for kind in (CDK_BOOTSTRAP_ROLES if mode == "deploy" else ("lookup",))
         ]
-        # A customer-managed policy (not inline): the role's only permission.
+        # A customer-managed policy (not inline): the role's only policy.
         self.policy = iam.ManagedPolicy(
             self,
             "AssumeCdkBootstrapRoles",
