@@ -201,7 +201,7 @@ def _ecr_pull(role: str, image: str, region: str) -> list[AuthRequest]:
         return []  # another account's image (an AWS DLC): that registry's policy decides
     repository = f"arn:{PARTITION}:ecr:{match.group('region')}:{account}:repository/{match.group('repo')}"
     why = "the inference image is pulled"
-    context = _principal_context(role)
+    context: dict[str, str] = {}
     return _tag(
         [
             AuthRequest(role, "ecr:GetAuthorizationToken", "*", context, why),
@@ -222,7 +222,6 @@ def _vpc(assembly: Assembly, stack: StackView, vpc: Mapping[str, Any], role: str
         context = {
             "ec2:Vpc": f"arn:{PARTITION}:ec2:{region}:{account}:vpc/{vpc_id}",
             "aws:RequestedRegion": region,
-            **_principal_context(role),
         }
         resources = [f"arn:{PARTITION}:ec2:{region}:{account}:network-interface/*"]
         resources += [f"arn:{PARTITION}:ec2:{region}:{account}:subnet/{s}" for s in subnets]
@@ -230,7 +229,7 @@ def _vpc(assembly: Assembly, stack: StackView, vpc: Mapping[str, Any], role: str
         out.append(AuthRequest(role, "ec2:CreateNetworkInterface", resources[0], context, why))
         out += [AuthRequest(role, "ec2:CreateNetworkInterface", r, context, why) for r in resources[1:]]
         out += [AuthRequest(role, action, resources[0], context, why) for action in _ENI_ACTIONS[1:]]
-    region_only = {"aws:RequestedRegion": region, **_principal_context(role)}
+    region_only = {"aws:RequestedRegion": region}
     out += [AuthRequest(role, action, "*", region_only, why) for action in _EC2_DESCRIBE]
     return _tag(out, "vpc")
 
@@ -251,7 +250,7 @@ def _logs(role: str, region: str, endpoint: str, variant: str) -> list[AuthReque
     group = ENDPOINT_LOG_GROUP_PREFIX + endpoint
     stream = f"arn:{PARTITION}:logs:{region}:{account}:log-group:{group}:log-stream:{variant}/i-0123456789abcdef0"
     why = f"the endpoint's containers write their logs to {group} and publish metrics"
-    context = _principal_context(role)
+    context: dict[str, str] = {}
     return _tag(
         [
             AuthRequest(role, "logs:CreateLogStream", stream, context, why),
@@ -278,7 +277,7 @@ def _rollback_alarms(assembly: Assembly, endpoint: Located, role: str, region: s
     for alarm in rollback:
         name = alarm.get("AlarmName")
         arn = _alarm_arn(assembly, endpoint.stack, name, region, account)
-        out.append(AuthRequest(role, "cloudwatch:DescribeAlarms", arn, _principal_context(role), why))
+        out.append(AuthRequest(role, "cloudwatch:DescribeAlarms", arn, {}, why))
     return _tag(out, "rollback-alarms")
 
 
@@ -345,7 +344,7 @@ def _async_inputs(assembly: Assembly, stack: StackView, endpoint: str, bucket: s
 
 def _publish(assembly: Assembly, role: str, region: str, topic: str, which: str) -> list[AuthRequest]:
     why = f"the asynchronous {'result' if which == 'SuccessTopic' else 'failure'} notification is published"
-    context = {**SECURE, **_principal_context(role)}
+    context = dict(SECURE)
     out = [AuthRequest(role, "sns:Publish", topic, context, why)]
     found = assembly.find_by_arn("AWS::SNS::Topic", topic)
     master = found.properties.get("KmsMasterKeyId") if found is not None else None
@@ -355,7 +354,6 @@ def _publish(assembly: Assembly, role: str, region: str, topic: str, which: str)
             kms_context = {
                 "kms:ViaService": f"sns.{region}.amazonaws.com",
                 "kms:CallerAccount": role.split(":")[4],
-                **_principal_context(role),
             }
             out += [
                 AuthRequest(role, action, key, kms_context, why) for action in ("kms:GenerateDataKey", "kms:Decrypt")
@@ -393,11 +391,6 @@ def _key_arn(assembly: Assembly, stack: StackView, key: Any) -> str | None:
     if key is None:
         return None
     return assembly.key_arn(assembly.text(key, stack), stack)
-
-
-def _principal_context(role: str) -> dict[str, str]:
-    """Global condition keys of every request a role makes (IAM User Guide, "AWS global condition context keys")."""
-    return {"aws:PrincipalArn": role, "aws:PrincipalAccount": role.split(":")[4]}
 
 
 def _tag(requests: Sequence[AuthRequest], subject: str) -> list[AuthRequest]:

@@ -176,7 +176,7 @@ def runner_journey(role: str, command: Command, stacks: Iterable[StackRoles]) ->
     def assume(target: str | None, why: str, subject: str, tags: bool) -> None:
         if target is None:
             return
-        context = {"aws:PrincipalArn": role, "aws:PrincipalAccount": role.split(":")[4]}
+        context: dict[str, str] = {}
         for action in ("sts:AssumeRole", *(("sts:TagSession",) if tags else ())):
             requests.setdefault((action, target), AuthRequest(role, action, target, context, why, subject))
 
@@ -197,9 +197,8 @@ def runner_journey(role: str, command: Command, stacks: Iterable[StackRoles]) ->
                 # error but "does not exist", so a denial fails the whole ``cdk diff``).
                 arn = f"arn:{PARTITION}:cloudformation:{stack.region}:{stack.account}:stack/{stack.stack}/*"
                 why = f"cdk diff {stack.stack}: no lookup role, the deployed template is read with the runner's role"
-                context = {"aws:PrincipalArn": role, "aws:PrincipalAccount": role.split(":")[4]}
                 for action in ("cloudformation:DescribeStacks", "cloudformation:GetTemplate"):
-                    requests.setdefault((action, arn), AuthRequest(role, action, arn, context, why, "read-template"))
+                    requests.setdefault((action, arn), AuthRequest(role, action, arn, {}, why, "read-template"))
         if checker is not None and stack.version_parameter:
             account, region = checker.split(":")[4], _role_region(checker)
             parameter = f"arn:{PARTITION}:ssm:{region}:{account}:parameter{stack.version_parameter}"
@@ -219,7 +218,7 @@ def _role_region(bootstrap_role: str) -> str:
 def diff_must_not_assume(diff_role: str, stacks: Sequence[StackRoles]) -> list[AuthRequest]:
     """The roles the diff runner must *not* be able to assume: every deploy and publishing role (a diff runs
     pull-request code, which must never deploy)."""
-    context = {"aws:PrincipalArn": diff_role, "aws:PrincipalAccount": diff_role.split(":")[4]}
+    context: dict[str, str] = {}
     targets = dict.fromkeys(r for s in stacks for r in (s.deploy, *s.publishing) if r is not None)
     return [
         AuthRequest(diff_role, "sts:AssumeRole", target, context, "a pull request's diff could deploy", "forbidden")
