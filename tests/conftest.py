@@ -76,3 +76,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/snapshots/stateful_resources.json (review the diff: a missing id is a replacement)",
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``no_gpu`` tests on a host where torch sees a CUDA device: what they assert (a clear failure when
+    no GPU is there) cannot happen there. Torch is imported only when such a test was collected."""
+    marked = [item for item in items if item.get_closest_marker("no_gpu")]
+    if not marked:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    reason = f"asserts the behaviour of a host without a GPU; this host has {torch.cuda.get_device_name(0)}"
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=reason))
