@@ -79,15 +79,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``no_gpu`` tests on a host where torch sees a CUDA device: what they assert (a clear failure when
-    no GPU is there) cannot happen there. Torch is imported only when such a test was collected."""
-    marked = [item for item in items if item.get_closest_marker("no_gpu")]
-    if not marked:
+    """Skip ``no_gpu`` tests on a host where torch sees a CUDA device (what they assert, a clear failure when no
+    GPU is there, cannot happen there) and ``gpu`` tests on a host where it sees none. Torch is imported only
+    when such a test was collected."""
+    no_gpu = [item for item in items if item.get_closest_marker("no_gpu")]
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not no_gpu and not gpu:
         return
     import torch
 
-    if not torch.cuda.is_available():
-        return
-    reason = f"asserts the behaviour of a host without a GPU; this host has {torch.cuda.get_device_name(0)}"
-    for item in marked:
+    if torch.cuda.is_available():
+        skipped, reason = (
+            no_gpu,
+            f"asserts the behaviour of a host without a GPU; this host has {torch.cuda.get_device_name(0)}",
+        )
+    else:
+        skipped, reason = gpu, "needs a CUDA device (make gpu-check runs it on a GPU host)"
+    for item in skipped:
         item.add_marker(pytest.mark.skip(reason=reason))
