@@ -213,8 +213,11 @@ def predict_fn(input_data: torch.Tensor, model: torch.nn.Module) -> torch.Tensor
         raise ValueError(f"predict_fn needs a (N, 3, H, W) tensor, got {type(input_data).__name__} {shape}")
     parameter = next(model.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
+    # The model's own floating dtype: a server may cast the model (gpu_serve's GPU_SERVE_DTYPE=bfloat16), and a
+    # float32 input to a bfloat16 convolution raises "Input type and weight type should be the same".
+    dtype = parameter.dtype if parameter is not None and parameter.is_floating_point() else torch.float32
     with torch.inference_mode():
-        x = input_data.to(device, dtype=torch.float32, non_blocking=True)
+        x = input_data.to(device, dtype=dtype, non_blocking=True)
         if device.type == "cuda":
             x = x.contiguous(memory_format=torch.channels_last)
         logits = model(x)
