@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu_serve.errors import BadRequestError, UnsupportedAcceptError
+from gpu_serve.errors import BadRequestError, ServeError, UnsupportedAcceptError
 from gpu_serve.negotiation import (  # noqa: F401 (re-exported: codecs.JSON, codecs.negotiate_accept, ...)
     ANY,
     CSV,
@@ -43,6 +43,12 @@ except ImportError:  # pragma: no cover - the image installs it; the json module
 
 #: Largest decoded image (pixels) accepted; protects memory from decompression bombs in a 6 MB body.
 MAX_IMAGE_PIXELS = 40_000_000
+#: Most dimensions of a numpy array (``numpy.ndarray.ndim``; NPY_MAXDIMS is 64 since NumPy 2.0), so the
+#: deepest nesting a JSON body can have and still be a tensor.
+MAX_TENSOR_DIMS = 64
+#: JSON has no NaN or Infinity (RFC 8259 section 6: "Numeric values that cannot be represented ... (such as
+#: Infinity and NaN) are not permitted"; https://www.rfc-editor.org/rfc/rfc8259#section-6).
+RFC8259_NUMBERS = "RFC 8259 section 6 has no NaN or Infinity"
 
 
 def _as_tensor(array: np.ndarray, what: str) -> torch.Tensor:
@@ -58,13 +64,21 @@ def _as_tensor(array: np.ndarray, what: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
+def _refuse_constant(name: str) -> Any:
+    """``parse_constant`` of the json module: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON numbers."""
+    raise BadRequestError(
+        f"JSON body holds {name}, which is not a JSON number ({RFC8259_NUMBERS}); send finite numbers",
+        expected="a JSON array of finite numbers",
+    )
+
+
 def _loads(body: str | bytes) -> Any:
     if orjson is not None:
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
-            pass  # the json module accepts a little more (NaN, Infinity) and words its errors better
-    return json.loads(body)
+            pass  # the json module words its errors better (and names NaN/Infinity, which both refuse)
+    return json.loads(body, parse_constant=_refuse_constant)
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
@@ -106,12 +120,29 @@ def decode_json(body: str | bytes) -> torch.Tensor:
             )
         data = data[keys[0]]
     try:
-        array = np.asarray(data, dtype=np.float32)
+        with np.errstate(over="ignore"):  # 1e39 becomes inf in float32: refused below, naming where
+            array = np.asarray(data, dtype=np.float32)
     except (ValueError, TypeError) as exc:
+        depth = json_depth(body)
+        if depth > MAX_TENSOR_DIMS:  # the parser took it (Python 3.12's json nests deeper than 3.11's)
+            raise BadRequestError(
+                f"JSON body is not a rectangular array of numbers: it nests arrays/objects {depth} levels deep; "
+                f"a tensor needs one level per dimension (at most {MAX_TENSOR_DIMS})",
+                expected="a JSON array of numbers with one nesting level per tensor dimension",
+            ) from None
         raise BadRequestError(
             f"JSON body is not a rectangular array of numbers: {exc}",
             expected="a JSON array of numbers with equal-length rows",
         ) from None
+    finite = np.isfinite(array)
+    if not finite.all():
+        where = [int(i) for i in np.argwhere(~finite)[0]]
+        raise BadRequestError(
+            f"JSON body holds a number that is not finite in float32 at index {where} (NaN, Infinity, or a "
+            f"number beyond float32's range of about 3.4e38 such as 1e999; {RFC8259_NUMBERS}); send finite numbers",
+            expected="a JSON array of finite numbers",
+            index=where,
+        )
     return torch.from_numpy(array)
 
 
@@ -233,10 +264,24 @@ def _json_default(obj: Any) -> Any:
 
 
 def encode(prediction: Any, accept: str) -> bytes:
-    """Encode a prediction as ``accept`` (JSON or npy)."""
+    """Encode a prediction as ``accept`` (JSON or npy).
+
+    JSON is always valid JSON (RFC 8259): a prediction holding NaN or Infinity cannot be written as JSON and
+    is refused with a 500 that says so (ask for ``application/x-npy``, which carries any float), never sent
+    as the ``NaN`` tokens that Python's json module would write by default.
+    """
     value = to_numpy(prediction)
     if accept == JSON:
-        return json.dumps(value, default=_json_default).encode("utf-8")
+        try:
+            return json.dumps(value, default=_json_default, allow_nan=False).encode("utf-8")
+        except ValueError as exc:
+            if "JSON compliant" not in str(exc):
+                raise
+            raise ServeError(
+                f"the prediction holds NaN or Infinity, which JSON cannot carry ({RFC8259_NUMBERS}); "
+                f"ask for {NPY} (Accept header), which carries any float, or make the model's output finite",
+                status_code=500,
+            ) from None
     if accept == NPY:
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(value), allow_pickle=False)

@@ -1,5 +1,6 @@
-"""The GPUs this server may use, found without torch (the HTTP process never imports it), and the model
-processes to start on them.
+"""The one home of device decisions: the GPUs this server may use, found without torch (the HTTP process never
+imports it), the model processes to start on them, and the torch device a model process (or the model
+thread) runs on (:func:`resolve_device`, which imports torch only when called).
 
 ``CUDA_VISIBLE_DEVICES`` is honoured as CUDA reads it: a comma-separated list of device indices or
 ``GPU-``/``MIG-`` UUIDs, read up to the first entry that is not one
@@ -12,9 +13,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpu_serve.config import ServeConfig
+from gpu_serve.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import torch
+
+#: What ``GPU_SERVE_DEVICE`` may say (also the wording of the errors).
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N"
+_CUDA_INDEXED = re.compile(r"cuda:(\d+)")
 
 
 def nvml_device_count() -> int:
@@ -70,3 +81,64 @@ def plan_model_processes(config: ServeConfig, gpus: list[str]) -> list[dict[str,
     if not spread:
         return [{} for _ in range(count)]
     return [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)]
+
+
+def resolve_device(setting: str, cuda: Any = None) -> torch.device:
+    """The torch device ``GPU_SERVE_DEVICE=setting`` means in this process; CUDA devices always get an index.
+
+    ``auto`` is ``cuda:<current device>`` where torch sees a CUDA device, else ``cpu``; ``cuda`` is
+    ``cuda:<current device>`` (``cuda:0`` unless this thread chose another); ``cuda:N`` must be one of the
+    devices this process sees. In a model process started with ``CUDA_VISIBLE_DEVICES`` set to its own GPU
+    (:func:`plan_model_processes`), that GPU is the only one it sees, as ``cuda:0``. Every caller (model
+    placement, the model thread's current device, input placement) uses the device returned here, so that an
+    unindexed ``cuda`` never reaches ``torch.cuda.set_device`` (which refuses it).
+
+    ``cuda`` is the ``torch.cuda`` module, or an object with its ``is_available``, ``device_count`` and
+    ``current_device`` (tests pass a fake one). A value that cannot be served raises
+    :class:`~gpu_serve.errors.ModelLoadError` naming the setting, the value and what is allowed.
+    """
+    import torch
+
+    cuda = torch.cuda if cuda is None else cuda
+    name = setting.strip().lower()
+    indexed = _CUDA_INDEXED.fullmatch(name)
+    if name not in ("auto", "cpu", "cuda") and indexed is None:
+        raise ModelLoadError(f"GPU_SERVE_DEVICE={setting!r} is not allowed; allowed: {DEVICE_CHOICES}")
+    if name == "cpu":
+        return torch.device("cpu")
+    available = bool(cuda.is_available())
+    if name == "auto" and not available:
+        return torch.device("cpu")
+    if not available:
+        raise ModelLoadError(
+            f"GPU_SERVE_DEVICE={setting!r} but torch sees no CUDA device "
+            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}); allowed here: auto or cpu"
+        )
+    count = int(cuda.device_count())
+    index = int(indexed.group(1)) if indexed is not None else int(cuda.current_device())
+    if not 0 <= index < count:
+        seen = ", ".join(f"cuda:{i}" for i in range(count))
+        raise ModelLoadError(
+            f"GPU_SERVE_DEVICE={setting!r} but torch sees {count} CUDA device{'s' if count != 1 else ''} "
+            f"({seen}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}); "
+            f"allowed here: auto, cpu, cuda, {seen}"
+        )
+    return torch.device("cuda", index)
+
+
+def use_device(device: torch.device, cuda: Any = None) -> None:
+    """Make ``device`` the calling thread's current CUDA device (nothing for a CPU device).
+
+    ``device`` comes from :func:`resolve_device`, so it has an index; one without is refused here with the
+    setting's wording rather than torch's.
+    """
+    if device.type != "cuda":
+        return
+    if device.index is None:
+        raise ModelLoadError(f"device {device} has no index; resolve GPU_SERVE_DEVICE with resolve_device()")
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    cuda.set_device(device.index)

@@ -39,6 +39,7 @@ import torch
 
 from gpu_serve import codecs
 from gpu_serve.config import ServeConfig
+from gpu_serve.devices import resolve_device, use_device
 from gpu_serve.errors import ModelLoadError
 
 HANDLER_FUNCTIONS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "model_warmup_fn")
@@ -75,16 +76,8 @@ def _with_context(fn: Callable[..., Any], n_args: int) -> Callable[..., Any]:
 
 
 def select_device(name: str) -> torch.device:
-    """``auto`` -> the first CUDA device when torch sees one, else CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError(
-            f"GPU_SERVE_DEVICE={name!r} but torch sees no CUDA device "
-            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); use auto or cpu"
-        )
-    return device
+    """``GPU_SERVE_DEVICE`` as an indexed torch device (see :func:`gpu_serve.devices.resolve_device`)."""
+    return resolve_device(name)
 
 
 def read_model_config(model_dir: Path) -> dict[str, Any]:
@@ -209,8 +202,7 @@ class Handler:
         cores), which on a busy CPU makes a batched forward pass several times slower.
         """
         torch.set_num_threads(torch.get_num_threads())
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+        use_device(self.device)
 
     @property
     def batchable(self) -> bool:
@@ -218,12 +210,22 @@ class Handler:
         return self.transform_fn is None
 
     def prepare(self, data: Any) -> Any:
-        """Move a (batched) tensor to the model's device and cast floating inputs to the model dtype."""
+        """Move the input to the model's device and cast floating tensors to the model dtype.
+
+        A tensor, or the tensors inside a dict, list or tuple (what an ``input_fn`` may return), so that the
+        default ``predict_fn`` and a user ``predict_fn`` alike get their input where the model is.
+        """
         if isinstance(data, torch.Tensor):
             if data.device != self.device:
                 data = data.to(self.device, non_blocking=True)
             if data.is_floating_point() and data.dtype != self.dtype:
                 data = data.to(self.dtype)
+            return data
+        if isinstance(data, dict):
+            return {k: self.prepare(v) for k, v in data.items()}
+        if isinstance(data, (list, tuple)) and any(isinstance(v, (torch.Tensor, dict, list, tuple)) for v in data):
+            items = [self.prepare(v) for v in data]
+            return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple
         return data
 
     def predict(self, data: Any) -> Any:

@@ -115,8 +115,12 @@ def build_torchscript_dir(root: Path) -> Path:
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1.3e-6, atol: float = 1e-5) -> None:
-    """``torch.allclose`` with a readable failure (torch.testing's first call costs a second of imports)."""
+    """``torch.allclose`` with a readable failure (torch.testing's first call costs a second of imports).
+
+    Either side may be on a GPU (a handler's prediction is where its model is): both are compared on the CPU.
+    """
     assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    actual, expected = actual.detach().cpu(), expected.detach().cpu()
     if not torch.allclose(actual.float(), expected.float(), rtol=rtol, atol=atol):
         diff = (actual.float() - expected.float()).abs().max().item()
         raise AssertionError(f"tensors differ by up to {diff:.3g} (rtol={rtol}, atol={atol})")

@@ -13,7 +13,7 @@ from PIL import Image
 
 from gpu_serve import codecs
 from gpu_serve.config import ENV_VARS, ServeConfig
-from gpu_serve.errors import BadRequestError, ConfigError, UnsupportedAcceptError
+from gpu_serve.errors import BadRequestError, ConfigError, ServeError, UnsupportedAcceptError
 from gpu_serve.metrics import LOG_METRIC_FILTERS
 
 
@@ -214,3 +214,43 @@ def test_predictions_encode_as_json_and_npy_whatever_their_dtype() -> None:
     assert json.loads(codecs.encode({"p": torch.ones(1, 2)}, "application/json")) == {"p": [[1.0, 1.0]]}
     with pytest.raises(UnsupportedAcceptError, match="cannot encode the prediction as 'text/csv'"):
         codecs.encode(pred, "text/csv")
+
+
+def _strict_json(text: bytes) -> object:
+    """Parse as RFC 8259 JSON: NaN, Infinity and -Infinity are refused (Python's json module takes them)."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ("[[NaN, 1, 2, 3]]", r"JSON body holds NaN, which is not a JSON number \(RFC 8259"),
+        ("[[1, Infinity]]", r"JSON body holds Infinity"),
+        ('{"inputs": [[1, -Infinity]]}', r"JSON body holds -Infinity"),
+        ("[[1, 2], [3, 1e999]]", r"not finite in float32 at index \[1, 1\] .*such as 1e999"),
+        ("[[1e39]]", r"not finite in float32 at index \[0, 0\] .*beyond float32's range"),
+    ],
+)
+def test_non_finite_json_numbers_are_a_bad_request_naming_them(body: str, match: str) -> None:
+    with pytest.raises(BadRequestError, match=match) as info:
+        codecs.decode_json(body)
+    assert info.value.status_code == 400 and info.value.details["expected"] == "a JSON array of finite numbers"
+    with pytest.raises(BadRequestError, match=match):
+        codecs.decode_json(body.encode())  # the same through orjson's path (bytes)
+
+
+def test_non_finite_predictions_are_never_written_as_invalid_json() -> None:
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        pred = torch.tensor([[1.0, bad]])
+        with pytest.raises(ServeError, match=r"prediction holds NaN or Infinity.*ask for application/x-npy") as info:
+            codecs.encode(pred, "application/json")
+        assert info.value.status_code == 500
+        with pytest.raises(ServeError):
+            codecs.encode({"scores": pred.numpy()}, "application/json")
+        arr = np.load(io.BytesIO(codecs.encode(pred, "application/x-npy")))  # npy carries any float
+        assert arr[0, 0] == 1.0 and not np.isfinite(arr[0, 1])
+    assert _strict_json(codecs.encode(torch.tensor([[1.5, -2.0]]), "application/json")) == [[1.5, -2.0]]

@@ -22,11 +22,13 @@ def _result(lint_results: dict[str, tuple[int, str, str]], name: str) -> tuple[i
     return lint_results[name]
 
 
+@pytest.mark.dev_tools
 def test_hadolint_reports_nothing(lint_results: dict[str, tuple[int, str, str]]) -> None:
     code, out, err = _result(lint_results, "hadolint")
     assert code == 0 and not out.strip(), out + err
 
 
+@pytest.mark.dev_tools
 def test_checkov_dockerfile_checks_pass(lint_results: dict[str, tuple[int, str, str]]) -> None:
     code, out, err = _result(lint_results, "checkov")
     report = json.loads(out)
