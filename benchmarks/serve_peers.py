@@ -276,6 +276,7 @@ class BatchedArtifactHandler:
             config = json.load(handle)
         tarball = os.path.join(model_dir, "model.tar.gz")
         self.inference, self.model = load_artifact(tarball, os.path.join(model_dir, "artifact"))
+        self.model.to(getattr(torch, config.get("dtype", "float32")))
         self.batch_log = open(config["batch_log"], "a", buffering=1)
         write_ready(config["ready_file"], "torchserve", self.model)
         self.initialized = True
@@ -291,7 +292,7 @@ class BatchedArtifactHandler:
 LITSERVE_APP = f'''"""LitServe app of the serve-peers benchmark: batched inference of a model.tar.gz.
 
 Usage: python app.py CONFIG_JSON (keys: tarball, artifact_dir, batch_log, ready_file, port, accelerator,
-max_batch_size, batch_timeout).
+max_batch_size, batch_timeout, workers, dtype).
 """
 import json
 import sys
@@ -314,6 +315,7 @@ class BatchedArtifactAPI(ls.LitAPI):
     def setup(self, device: str) -> None:
         torch.set_num_threads(1)
         self.inference, self.model = load_artifact(self.config["tarball"], self.config["artifact_dir"])
+        self.model.to(getattr(torch, self.config.get("dtype", "float32")))
         self.batch_log = open(self.config["batch_log"], "a", buffering=1)
         write_ready(self.config["ready_file"], "litserve", self.model)
 
@@ -679,16 +681,26 @@ class BusyNeighbours:
         self._procs.clear()
 
 
-def torchserve_server(work: Path, tarball: Path, device: str, python: Path, workers: int = 1) -> Server:
+def torchserve_server(
+    work: Path,
+    tarball: Path,
+    device: str,
+    python: Path,
+    workers: int = 1,
+    max_batch_size: int = MAX_BATCH_SIZE,
+    delay_ms: float = MAX_BATCH_DELAY_MS,
+    dtype: str = "float32",
+) -> Server:
     """Build the .mar (handler + the model.tar.gz itself) and the config.properties of a TorchServe with
-    ``workers`` workers."""
+    ``workers`` workers, batches of up to ``max_batch_size`` requests, the model cast to ``dtype``."""
     cwd = work / "torchserve"
     store = cwd / "model-store"
     store.mkdir(parents=True)
     ports = [free_port() for _ in range(3)]
     batch_log, ready_file = cwd / "batches.log", cwd / "ready.json"
     (cwd / "handler.py").write_text(TORCHSERVE_HANDLER)
-    (cwd / "peer.json").write_text(json.dumps({"batch_log": str(batch_log), "ready_file": str(ready_file)}))
+    peer = {"batch_log": str(batch_log), "ready_file": str(ready_file), "dtype": dtype}
+    (cwd / "peer.json").write_text(json.dumps(peer))
     shutil.copyfile(tarball, cwd / "model.tar.gz")
     archiver = python.parent / "torch-model-archiver"
     subprocess.run(
@@ -703,8 +715,8 @@ def torchserve_server(work: Path, tarball: Path, device: str, python: Path, work
                 "marName": "resnet.mar",
                 "minWorkers": workers,
                 "maxWorkers": workers,
-                "batchSize": MAX_BATCH_SIZE,
-                "maxBatchDelay": int(MAX_BATCH_DELAY_MS),
+                "batchSize": max_batch_size,
+                "maxBatchDelay": int(delay_ms),
                 "responseTimeout": 120,
             }
         }
@@ -733,7 +745,16 @@ def torchserve_server(work: Path, tarball: Path, device: str, python: Path, work
     )  # fmt: skip
 
 
-def litserve_server(work: Path, tarball: Path, device: str, python: Path, workers: int = 1) -> Server:
+def litserve_server(
+    work: Path,
+    tarball: Path,
+    device: str,
+    python: Path,
+    workers: int = 1,
+    max_batch_size: int = MAX_BATCH_SIZE,
+    delay_ms: float = MAX_BATCH_DELAY_MS,
+    dtype: str = "float32",
+) -> Server:
     cwd = work / "litserve"
     cwd.mkdir()
     port = free_port()
@@ -745,9 +766,10 @@ def litserve_server(work: Path, tarball: Path, device: str, python: Path, worker
         "ready_file": str(ready_file),
         "port": port,
         "accelerator": device,
-        "max_batch_size": MAX_BATCH_SIZE,
-        "batch_timeout": MAX_BATCH_DELAY_MS / 1000.0,
+        "max_batch_size": max_batch_size,
+        "batch_timeout": delay_ms / 1000.0,
         "workers": workers,
+        "dtype": dtype,
     }
     (cwd / "app.py").write_text(LITSERVE_APP)
     (cwd / "config.json").write_text(json.dumps(config))
