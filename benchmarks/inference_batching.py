@@ -52,13 +52,15 @@ PLOT = ROOT / "docs" / "img" / "inference_batching.png"
 NPY = "application/x-npy"
 
 
-def section_name(model: str) -> str:
-    """The docs/benchmarks.md section of a ``--model`` (the MLP's keeps its original name)."""
-    return SECTION if model == "mlp" else f"{SECTION}-{model}"
+def section_name(model: str, gpu: bool = False) -> str:
+    """The docs/benchmarks.md section of a ``--model`` (the MLP's keeps its original name); a run on a GPU
+    writes its own section beside the CPU run's."""
+    return SECTION + ("" if model == "mlp" else f"-{model}") + ("-gpu" if gpu else "")
 
 
-def plot_path(model: str) -> Path:
-    return PLOT if model == "mlp" else PLOT.with_name(f"{PLOT.stem}_{model}{PLOT.suffix}")
+def plot_path(model: str, gpu: bool = False) -> Path:
+    stem = PLOT.stem + ("" if model == "mlp" else f"_{model}") + ("_gpu" if gpu else "")
+    return PLOT.with_name(stem + PLOT.suffix)
 
 
 HANDLER = '''"""Benchmark model: a wide MLP whose single-sample forward pass is bound by reading its weights."""
@@ -348,7 +350,7 @@ def render(
         "server held at its busiest since the previous batch, so clients that send again as soon as they are "
         "answered form batches of about N instead of two alternating smaller ones.",
         "",
-        f"![dynamic batching vs per-request](img/{plot_path(args.model).name})",
+        f"![dynamic batching vs per-request](img/{plot_path(args.model, info['device'] != 'cpu').name})",
     ]
     if ablation:
         tuned, default = ablation["dynamic"], ablation["dynamic, torch default threads"]
@@ -545,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         args.no_ablation, args.no_write = True, True
     print(
         f"inference_batching: two servers, N = {args.concurrency}, {args.requests} requests per server and N"
-        f"{'' if args.no_write else f'; rewrites the {section_name(args.model)} section of docs/benchmarks.md'}",
+        + ("" if args.no_write else f"; rewrites its {section_name(args.model)}[-gpu] section of docs/benchmarks.md"),
         flush=True,
     )
     concurrency = [int(n) for n in args.concurrency.split(",")]
@@ -622,8 +624,9 @@ def main(argv: list[str] | None = None) -> int:
     markdown, ok = render(results, args, info, target_n, ablation)
     print(markdown)
     if not args.no_write:
-        plot(results, plot_path(args.model), title)
-        write_section(section_name(args.model), markdown)
+        gpu = info["device"] != "cpu"
+        plot(results, plot_path(args.model, gpu), title)
+        write_section(section_name(args.model, gpu), markdown)
     return 0 if ok or args.quick else 1
 
 

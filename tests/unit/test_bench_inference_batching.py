@@ -17,6 +17,10 @@ def test_the_mlp_keeps_its_section_and_the_convnet_gets_its_own() -> None:
     assert section_name("convnet") == "inference-batching-convnet"
     assert plot_path("mlp").name == "inference_batching.png"
     assert plot_path("convnet").name == "inference_batching_convnet.png"
+    # A GPU run keeps its own section and plot, beside the CPU run's.
+    assert section_name("mlp", gpu=True) == "inference-batching-gpu"
+    assert section_name("convnet", gpu=True) == "inference-batching-convnet-gpu"
+    assert plot_path("convnet", gpu=True).name == "inference_batching_convnet_gpu.png"
 
 
 def _results(base_tput: float, dyn_tput: float) -> dict[str, list[RunResult]]:
