@@ -4,17 +4,32 @@ The control plane is a gloo group used once per step to agree on two flags acros
 *stop* (some process got SIGTERM: all checkpoint at the same step and exit) and *exhausted* (some
 process ran out of data: all end the epoch at the same step, so DDP never waits on a peer that has
 stopped). Because it runs on CPU tensors, it never synchronises the GPU stream.
+
+NCCL runs one process per GPU. Before any NCCL call, :func:`init` fails with a :class:`GpuCheckError` that names
+the GPUs when a process's ``LOCAL_RANK`` has no GPU of its own (more processes per host than GPUs) or when two
+processes would share one GPU: several "hosts" of a job on one machine (``gpuctl train --local`` with
+``InstanceCount`` 2 on a one-GPU workstation), where NCCL itself stops with "Duplicate GPU detected".
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from gpu_train.errors import GpuCheckError
+
+# How to train where the GPUs are fewer than the processes: the advice of both errors below.
+_ALLOWED = (
+    "allowed: at most one training process per GPU of each machine (processes_per_host 0 = one per GPU, or at most "
+    "the GPU count), one host of the job per machine, or CUDA_VISIBLE_DEVICES='' to train on the CPU with gloo"
+)
 
 
 @dataclass
@@ -80,6 +95,13 @@ def init(use_cuda: bool, timeout_s: float = 1800.0) -> DistContext:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if use_cuda:
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            names = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(count)) or "none"
+            raise GpuCheckError(
+                f"training process LOCAL_RANK={local_rank} (of {local_world} on this host) has no GPU of its own: "
+                f"this host's processes see {count} GPU{'' if count == 1 else 's'} ({names}); {_ALLOWED}"
+            )
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
@@ -88,14 +110,50 @@ def init(use_cuda: bool, timeout_s: float = 1800.0) -> DistContext:
         return DistContext(device=device)
     timeout = datetime.timedelta(seconds=timeout_s)
     backend = "nccl" if use_cuda else "gloo"
-    kwargs: dict[str, Any] = {"backend": backend, "timeout": timeout}
-    if use_cuda:
-        kwargs["device_id"] = device  # eager NCCL init, bound to this process's GPU
-    dist.init_process_group(**kwargs)
+    # NCCL's communicator is created at the first collective (DDP's first broadcast), after the GPU check below.
+    dist.init_process_group(backend=backend, timeout=timeout)
     control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+    if use_cuda:
+        mine = (
+            socket.gethostname(),
+            _gpu_id(local_rank),
+            f"cuda:{local_rank} {torch.cuda.get_device_name(local_rank)}",
+        )
+        everyone: list[Any] = [None] * world
+        dist.all_gather_object(everyone, mine, group=control)
+        problem = shared_gpu([tuple(entry) for entry in everyone])
+        if problem:
+            raise GpuCheckError(problem)
     return DistContext(
         rank=rank, world=world, local_rank=local_rank, local_world=local_world, device=device, control=control
     )
+
+
+def _gpu_id(index: int) -> str:
+    """The GPU's identity on its machine (its UUID; its PCI bus id or index where torch has no UUID)."""
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    if uuid:
+        return str(uuid)
+    return str(getattr(props, "pci_bus_id", index))
+
+
+def shared_gpu(ranks: Sequence[tuple[str, str, str]]) -> str | None:
+    """The reason NCCL would refuse ``ranks`` (per rank: machine, GPU identity, ``cuda:N name``), or None when each
+    rank has a GPU of its own."""
+    owners: dict[tuple[str, str], list[int]] = {}
+    for rank, (machine, gpu, _) in enumerate(ranks):
+        owners.setdefault((machine, gpu), []).append(rank)
+    for (machine, _), shared in owners.items():
+        if len(shared) > 1:
+            name = ranks[shared[0]][2]
+            listed = ", ".join(str(r) for r in shared)
+            return (
+                f"training processes (ranks {listed}) would share GPU {name} of machine {machine}: NCCL runs one "
+                f"process per GPU (it stops with 'Duplicate GPU detected'); this happens when several hosts of a job "
+                f"run on one machine or there are more processes than GPUs; {_ALLOWED}"
+            )
+    return None
 
 
 def shutdown() -> None:

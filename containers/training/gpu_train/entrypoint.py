@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 
 from gpu_train import gpu_check, hyperparameters, sagemaker
-from gpu_train.errors import TrainingError
+from gpu_train.errors import ConfigError, TrainingError
 from gpu_train.failure import startup_failed
 from gpu_train.launcher import (
     DEFAULT_MASTER_PORT,
@@ -45,9 +45,19 @@ log = logging.getLogger("gpu_train")
 
 
 def _processes_per_host(hp: hyperparameters.Hyperparameters, facts: gpu_check.GpuFacts) -> int:
-    if hp.processes_per_host:
-        return hp.processes_per_host
-    return max(1, facts.device_count)
+    """``processes_per_host``, else one per GPU (1 without GPUs). Where torch sees GPUs, each process needs its own
+    (NCCL runs one process per GPU): more processes than GPUs is a :class:`ConfigError` naming the GPUs."""
+    gpus = facts.device_count
+    if not hp.processes_per_host:
+        return max(1, gpus)
+    if 0 < gpus < hp.processes_per_host:
+        raise ConfigError(
+            f"hyperparameter processes_per_host={hp.processes_per_host} is not allowed on this host: the built-in "
+            f"trainer runs one process per GPU (NCCL) and torch sees {gpus} GPU{'' if gpus == 1 else 's'} "
+            f"({gpu_check.device_names(facts)}); allowed: 0 (one per GPU) or at most {gpus}, or "
+            "CUDA_VISIBLE_DEVICES='' in the job's environment to train on the CPU"
+        )
+    return hp.processes_per_host
 
 
 def train(environ: dict[str, str] | None = None, *, install_signals: bool = True) -> int:

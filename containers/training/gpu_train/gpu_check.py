@@ -10,6 +10,10 @@ A GPU is *expected* when any of these says so: ``SM_NUM_GPUS`` > 0, an NVIDIA GP
 sees none, sees fewer than expected, was built without kernels for the GPU's architecture, or cannot
 run a kernel, :func:`check` raises :class:`GpuCheckError` with the reason and the facts.
 
+A job whose environment hides every GPU from CUDA (``CUDA_VISIBLE_DEVICES`` empty or ``-1``) asks for the
+CPU on purpose: the host's own signs (device nodes, ``nvidia-smi``) then expect no GPU. ``SM_NUM_GPUS``, a
+GPU instance type and ``expect_gpu=true`` still do (a GPU instance that trains on its CPU is a mistake).
+
 torch is imported lazily: without torch the facts come from ``nvidia-smi`` alone.
 
 TensorFlow jobs (``python -m gpu_train launch`` in a TensorFlow image) get the same rule from
@@ -45,6 +49,17 @@ def instance_has_nvidia_gpu(instance_type: str | None) -> bool:
     return bool(instance_type) and bool(_GPU_FAMILY.match(instance_type or ""))
 
 
+def gpus_hidden(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``CUDA_VISIBLE_DEVICES`` hides every GPU from CUDA: empty, or its first entry is ``-1`` (CUDA
+    ignores the list from its first invalid entry on)."""
+    env = os.environ if environ is None else environ
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return False
+    first = listed.split(",")[0].strip()
+    return first in ("", "-1")
+
+
 @dataclass
 class Device:
     index: int
@@ -70,6 +85,7 @@ class GpuFacts:
     dev_nodes: bool = False
     error: str | None = None
     torch_checked: bool = False  # False: torch was not imported (no sign of an NVIDIA GPU on this host)
+    cuda_visible_devices: str | None = None  # this process's CUDA_VISIBLE_DEVICES (None: not set)
 
     @property
     def device_count(self) -> int:
@@ -96,6 +112,8 @@ class GpuFacts:
         ]
         for d in self.devices:
             out.append(f"  cuda:{d.index} {d.name}, compute capability {d.capability}, {d.memory_gib:.1f} GiB")
+        if self.cuda_visible_devices is not None:
+            out.append(f"CUDA_VISIBLE_DEVICES={self.cuda_visible_devices!r}")
         if self.smi_gpus and not self.devices:
             out.append("nvidia-smi lists: " + "; ".join(self.smi_gpus))
         if self.error:
@@ -151,7 +169,9 @@ def collect(*, probe: bool = True, import_torch: bool | None = None) -> GpuFacts
     ``import_torch=None`` imports torch (seconds) only when the host shows a sign of an NVIDIA GPU (device
     node, ``nvidia-smi``, driver) or torch is already imported: without a GPU, torch can see none.
     """
-    facts = GpuFacts(dev_nodes=Path("/dev/nvidia0").exists())
+    facts = GpuFacts(
+        dev_nodes=Path("/dev/nvidia0").exists(), cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES")
+    )
     _driver_facts(facts)
     if import_torch is None:
         import_torch = bool(facts.dev_nodes or facts.smi_gpus or facts.driver_version) or "torch" in sys.modules
@@ -220,6 +240,9 @@ def expected_gpus(
         return Expectation(int(raw), f"SM_NUM_GPUS={raw}")
     if instance_has_nvidia_gpu(instance_type):
         return Expectation(-1, f"instance type {instance_type} has NVIDIA GPUs")
+    signs = facts is not None and bool(facts.dev_nodes or facts.smi_gpus)
+    if signs and setting == "auto" and gpus_hidden(env):
+        return Expectation(0, f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} hides this host's GPUs")
     if facts is not None and facts.dev_nodes:
         return Expectation(-1, "/dev/nvidia0 exists")
     if facts is not None and facts.smi_gpus:
@@ -264,20 +287,29 @@ def check(expectation: Expectation, facts: GpuFacts) -> None:
     if facts.error:
         raise GpuCheckError(f"GPUs expected ({expectation.reason}) but CUDA fails: {facts.error}. {summary}")
     if facts.device_count == 0:
-        hint = (
-            "the NVIDIA driver is not visible in the container (run it with the NVIDIA container runtime)"
-            if facts.driver_version is None
-            else f"driver {facts.driver_version} (CUDA {facts.driver_cuda or '?'}) may be too old for "
-            f"torch's CUDA {facts.torch_cuda}"
-        )
+        if facts.cuda_visible_devices is not None and gpus_hidden({"CUDA_VISIBLE_DEVICES": facts.cuda_visible_devices}):
+            hint = f"CUDA_VISIBLE_DEVICES={facts.cuda_visible_devices!r} hides every GPU from CUDA (unset it)"
+        elif facts.driver_version is None:
+            hint = "the NVIDIA driver is not visible in the container (run it with the NVIDIA container runtime)"
+        else:
+            hint = (
+                f"driver {facts.driver_version} (CUDA {facts.driver_cuda or '?'}) may be too old for "
+                f"torch's CUDA {facts.torch_cuda}"
+            )
         raise GpuCheckError(
             f"GPUs expected ({expectation.reason}) but torch sees none (torch.cuda.is_available() is False): "
             f"{hint}. Refusing to train on the CPU. {summary}"
         )
     if expectation.count > 0 and facts.device_count < expectation.count:
+        visible = (
+            f"CUDA_VISIBLE_DEVICES={facts.cuda_visible_devices!r}"
+            if facts.cuda_visible_devices is not None
+            else "CUDA_VISIBLE_DEVICES is not set"
+        )
         raise GpuCheckError(
-            f"{expectation.count} GPUs expected ({expectation.reason}) but torch sees {facts.device_count} "
-            f"(check CUDA_VISIBLE_DEVICES). {summary}"
+            f"{expectation.count} GPUs expected ({expectation.reason}) but torch sees {facts.device_count}: "
+            f"{device_names(facts)} ({visible}); allowed: expect at most {facts.device_count} here (SM_NUM_GPUS, "
+            f"expect_gpu), or an instance with {expectation.count} GPUs. {summary}"
         )
     for device in facts.devices:
         if not _arch_supported(device.capability, facts.arch_list):
@@ -286,6 +318,11 @@ def check(expectation: Expectation, facts: GpuFacts) -> None:
                 f"{facts.torch_version} has kernels only for {' '.join(facts.arch_list)}; use a torch build "
                 f"for this GPU. {summary}"
             )
+
+
+def device_names(facts: GpuFacts) -> str:
+    """``cuda:0 NVIDIA H200, cuda:1 NVIDIA H200`` (``no GPU`` when torch sees none)."""
+    return ", ".join(f"cuda:{d.index} {d.name}" for d in facts.devices) or "no GPU"
 
 
 def startup_check(
@@ -308,7 +345,7 @@ class TensorFlowFacts:
     """What TensorFlow reports about GPUs (``checked=False``: TensorFlow was not imported)."""
 
     version: str | None = None
-    built_with_cuda: bool = False
+    built_with_cuda: bool | None = None  # None: unknown (TensorFlow was not asked, or the question failed)
     gpus: list[str] = field(default_factory=list)
     error: str | None = None
     checked: bool = False
@@ -319,10 +356,12 @@ class TensorFlowFacts:
 
     def lines(self) -> list[str]:
         if not self.checked:
-            return ["TensorFlow not imported (no sign of an NVIDIA GPU on this host)"]
+            return ["TensorFlow not imported (no GPU expected on this host)"]
         if self.version is None:
             return ["TensorFlow not installed" + (f" ({self.error})" if self.error else "")]
-        build = "built with CUDA" if self.built_with_cuda else "built without CUDA"
+        build = {True: "built with CUDA", False: "built without CUDA", None: "(CUDA build unknown)"}[
+            self.built_with_cuda
+        ]
         out = [f"TensorFlow {self.version} {build}", f"visible GPUs (TensorFlow): {self.device_count}"]
         out += [f"  {name}" for name in self.gpus]
         if self.error:
@@ -343,9 +382,12 @@ def collect_tensorflow() -> TensorFlowFacts:
     facts.version = str(getattr(tf, "__version__", "unknown"))
     try:
         facts.built_with_cuda = bool(tf.test.is_built_with_cuda())
-        facts.gpus = [str(getattr(d, "name", d)) for d in tf.config.list_physical_devices("GPU")]
     except Exception as exc:
         facts.error = f"{type(exc).__name__}: {exc}"
+    try:
+        facts.gpus = [str(getattr(d, "name", d)) for d in tf.config.list_physical_devices("GPU")]
+    except Exception as exc:
+        facts.error = facts.error or f"{type(exc).__name__}: {exc}"
     return facts
 
 
@@ -376,7 +418,7 @@ def check_tensorflow(expectation: Expectation, facts: TensorFlowFacts) -> None:
         why = (
             f"TensorFlow {facts.version} is a CPU-only build (tf.test.is_built_with_cuda() is False); use a GPU "
             "build of TensorFlow (the AWS TensorFlow GPU training image has one)"
-            if not facts.built_with_cuda
+            if facts.built_with_cuda is False
             else "check the NVIDIA driver, the CUDA libraries TensorFlow needs and CUDA_VISIBLE_DEVICES"
         )
         raise GpuCheckError(
@@ -392,7 +434,8 @@ def tensorflow_startup_check(
     imported only then (or when the host shows a GPU), its view is logged and checked."""
     host = collect(import_torch=False)
     expectation = expected_gpus(setting=setting, instance_type=instance_type, environ=environ, facts=host)
-    signs = bool(host.dev_nodes or host.smi_gpus or host.driver_version)
+    # TensorFlow's view is logged where the host shows a GPU, unless the job hides the GPUs from CUDA.
+    signs = bool(host.dev_nodes or host.smi_gpus or host.driver_version) and not gpus_hidden(environ)
     facts = collect_tensorflow() if expectation.count != 0 or signs else TensorFlowFacts()
     lines = ["GPU check (TensorFlow):", *(f"  {line}" for line in facts.lines())]
     lines.append(f"  NVIDIA driver {host.driver_version or 'not found'}, supports CUDA {host.driver_cuda or '-'}")

@@ -569,6 +569,15 @@ def plan(env: sagemaker.SageMakerEnv, environ: Mapping[str, str], *, framework: 
         else:
             nproc = per_host or max(1, gpus)
             torchrun = distribution == "torchrun" or nproc * env.resource.num_hosts > 1
+            if 0 < gpus < nproc:
+                # Allowed (a script may share GPUs over gloo), but NCCL refuses two processes on one GPU.
+                log.warning(
+                    "hyperparameter processes_per_host=%d starts more processes than the %d GPU(s) torch sees (%s): "
+                    "LOCAL_RANK %d and up have no GPU of their own, and NCCL stops with 'Duplicate GPU detected' "
+                    "when two processes use one GPU; use gloo in the script, processes_per_host at most %d, or "
+                    "CUDA_VISIBLE_DEVICES='' to train on the CPU",
+                    nproc, gpus, gpu_check.device_names(facts), gpus, gpus,
+                )  # fmt: skip
     num_workers = workers if workers >= 0 else hyperparameters.auto_workers(env.num_cpus, nproc)
     return Plan(framework, nproc, torchrun, gpus, num_workers)
 

@@ -72,10 +72,12 @@ def _driver(path: Path, wheels: Path) -> Path:
     return path
 
 
-def _run(driver: Path, *args: str, tmp: Path, root: Path, pythonpath: str = "") -> subprocess.CompletedProcess[str]:
+def _run(
+    driver: Path, *args: str, tmp: Path, root: Path, pythonpath: str = "", **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     """``python -S gpu_train_driver.pyz ARGS`` with a private temporary directory and SageMaker root."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "GPU_TRAIN_", "PYTHON"))}
-    env.update(TMPDIR=str(tmp), GPU_TRAIN_ROOT=str(root), SM_NUM_CPUS="1")
+    env.update(TMPDIR=str(tmp), GPU_TRAIN_ROOT=str(root), SM_NUM_CPUS="1", **extra_env)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     return subprocess.run(
@@ -95,6 +97,8 @@ def _job(root: Path) -> Path:
 
 
 def test_driver_runs_the_launcher_with_modules_from_its_own_wheels(tmp_path: Path) -> None:
+    """A CPU job (``CUDA_VISIBLE_DEVICES=''`` hides a GPU of the machine that runs the test): the stand-in
+    TensorFlow has no GPU support, which the GPU check would rightly refuse where a GPU is expected."""
     wheels, tmp, root = tmp_path / "wheels", tmp_path / "tmp", tmp_path / "opt_ml"
     tmp.mkdir()
     xxhash_wheel = _this_xxhash(wheels)
@@ -108,7 +112,7 @@ def test_driver_runs_the_launcher_with_modules_from_its_own_wheels(tmp_path: Pat
     (fake_tf / "tensorflow" / "__init__.py").write_text("__version__ = '0'\n")
 
     result = _run(driver, "launch", "--entry-point", "train.py", "--framework", "tensorflow", tmp=tmp, root=root,
-                  pythonpath=str(fake_tf))  # fmt: skip
+                  pythonpath=str(fake_tf), CUDA_VISIBLE_DEVICES="")  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     unpacked = f"gpu_train driver: unpacked gtdemo-1.0-py3-none-any.whl, {xxhash_wheel} for {bootstrap.interpreter()}"
@@ -126,7 +130,7 @@ def test_driver_runs_the_launcher_with_modules_from_its_own_wheels(tmp_path: Pat
     assert not (extracted / "site" / "json").exists()  # its module is importable: that wheel stays packed
 
     # A second start reuses the extraction and the unpacked wheels.
-    again = _run(driver, "gpu-check", tmp=tmp, root=root)
+    again = _run(driver, "gpu-check", tmp=tmp, root=root, CUDA_VISIBLE_DEVICES="")
     assert again.returncode == 0 and again.stdout.rstrip().endswith("OK"), again.stdout + again.stderr
     assert "unpacked" not in again.stdout and sorted(p.name for p in tmp.iterdir()) == [extracted.name]
 

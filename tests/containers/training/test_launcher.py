@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from gpu_train import launcher, sagemaker
+from gpu_train import gpu_check, launcher, sagemaker
 from gpu_train.errors import ConfigError
 
 TRAINING_DIR = Path(__file__).resolve().parents[3] / "containers" / "training"
@@ -216,10 +216,12 @@ def _python_path(*entries: str | Path) -> str:
 
 @pytest.mark.parametrize("layout", ["tar.gz", "zip", "directory"])
 def test_script_gets_hyperparameters_as_arguments_and_the_sagemaker_environment(job: Job, layout: str) -> None:
+    """A CPU job (ml.m5.xlarge), pinned as one: ``CUDA_VISIBLE_DEVICES=''`` hides a GPU of the machine that runs
+    the test, so ``SM_NUM_GPUS`` is 0 on any host (test_training_gpu.py runs a script on the GPU)."""
     job.configure(HP, channels=("code", "train-data.v2"), instance_type="ml.m5.xlarge")
     code_dir = _pack_code(job, layout)
     # The job's Environment wins over the launcher's defaults.
-    code, output = job.run("--entry-point", "train.py", SM_USER_ARGS='["set by the job"]')
+    code, output = job.run("--entry-point", "train.py", SM_USER_ARGS='["set by the job"]', CUDA_VISIBLE_DEVICES="")
     assert code == 0, output
     seen, root = job.seen(), job.root
     args = ["--lr", "0.5", "--optimizer", "adamw"]  # in the file's order, launcher's and SDK's names left out
@@ -272,25 +274,61 @@ def test_torchrun_command_uses_master_addr_over_the_first_host() -> None:
     assert "--master_addr=algo-1" in launcher.torchrun_command(resource, 1)
 
 
+def _gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """The start-up GPU check reports ``count`` usable GPUs (A10G), whatever the machine running the test has."""
+    devices = [gpu_check.Device(i, "NVIDIA A10G", "8.6", 22.0) for i in range(count)]
+
+    def startup_check(**_: Any) -> gpu_check.GpuFacts:
+        return gpu_check.GpuFacts(torch_version="2.8.0", torch_cuda="12.9", devices=devices, torch_checked=True)
+
+    monkeypatch.setattr(gpu_check, "startup_check", startup_check)
+
+
 @pytest.mark.parametrize(
-    ("hp", "distribution", "hosts", "expected"),
+    ("hp", "distribution", "hosts", "gpus", "expected"),
     [
-        ({}, "auto", 1, (1, False, 1)),  # one process in all: plain
-        ({"processes_per_host": "2"}, "auto", 1, (2, True, 1)),
-        ({}, "auto", 2, (1, True, 1)),  # two hosts: torchrun
-        ({}, "torchrun", 1, (1, True, 1)),
-        ({}, "single", 2, (1, False, 1)),
-        ({"num_workers": "-1", "processes_per_host": "2"}, "auto", 1, (2, True, 3)),  # SM_NUM_CPUS=8 / 2 - 1
+        ({}, "auto", 1, 0, (1, False, 1)),  # one process in all: plain
+        ({"processes_per_host": "2"}, "auto", 1, 0, (2, True, 1)),
+        ({}, "auto", 2, 0, (1, True, 1)),  # two hosts: torchrun
+        ({}, "torchrun", 1, 0, (1, True, 1)),
+        ({}, "single", 2, 0, (1, False, 1)),
+        ({"num_workers": "-1", "processes_per_host": "2"}, "auto", 1, 0, (2, True, 3)),  # SM_NUM_CPUS=8 / 2 - 1
+        ({}, "auto", 1, 1, (1, False, 1)),  # one GPU: one plain process
+        ({}, "auto", 1, 4, (4, True, 1)),  # one process per GPU
+        ({"processes_per_host": "2"}, "auto", 2, 4, (2, True, 1)),
+        ({}, "single", 1, 4, (1, False, 1)),
     ],
 )
 def test_processes_per_host_and_distribution(
-    job: Job, hp: dict[str, str], distribution: str, hosts: int, expected: tuple[int, bool, int]
+    job: Job,
+    monkeypatch: pytest.MonkeyPatch,
+    hp: dict[str, str],
+    distribution: str,
+    hosts: int,
+    gpus: int,
+    expected: tuple[int, bool, int],
 ) -> None:
+    """The plan for a host whose GPU check saw ``gpus`` GPUs (pinned: the same on a CPU and on a GPU machine)."""
+    _gpus(monkeypatch, gpus)
     job.configure({"num_workers": "1", **hp}, hosts=tuple(f"algo-{i + 1}" for i in range(hosts)))
     env = sagemaker.load({**job.env, "SM_NUM_CPUS": "8"})
     plan = launcher.plan(env, job.env, framework="pytorch", distribution=distribution)
     assert (plan.processes_per_host, plan.torchrun, plan.num_workers) == expected
-    assert plan.framework == "pytorch" and plan.num_gpus == 0
+    assert plan.framework == "pytorch" and plan.num_gpus == gpus
+
+
+def test_more_script_processes_than_gpus_are_started_with_a_warning_naming_the_gpus(
+    job: Job, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A script may share one GPU between processes over gloo, so the launcher starts them; NCCL would refuse."""
+    _gpus(monkeypatch, 1)
+    job.configure({"processes_per_host": "2"})
+    plan = launcher.plan(sagemaker.load(job.env), job.env, framework="pytorch", distribution="auto")
+    assert (plan.processes_per_host, plan.torchrun, plan.num_gpus) == (2, True, 1)
+    assert (
+        "hyperparameter processes_per_host=2 starts more processes than the 1 GPU(s) torch sees (cuda:0 NVIDIA "
+        "A10G): LOCAL_RANK 1 and up have no GPU of their own"
+    ) in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -402,11 +440,19 @@ def test_a_failing_script_writes_the_failure_file(job: Job, script: str, failure
 
 
 def test_cuda_on_a_cpu_instance_fails_with_torchs_error(job: Job) -> None:
+    """A CPU instance, pinned as one: ``CUDA_VISIBLE_DEVICES=''`` hides a GPU of the machine that runs the test.
+    torch's error depends on its build: a CPU build was not compiled with CUDA, a CUDA build sees no GPU."""
+    import torch
+
     job.configure(instance_type="ml.m5.xlarge").script('import torch\ntorch.zeros(1, device="cuda")\n')
-    code, output = job.run("--entry-point", "train.py")
+    code, output = job.run("--entry-point", "train.py", CUDA_VISIBLE_DEVICES="")
     assert code == 1, output
-    assert "expected: no GPU (no sign of an NVIDIA GPU on this host)" in output  # m5: the start-up check passes
-    assert job.failure_text() == "AssertionError: Torch not compiled with CUDA enabled"
+    assert "expected: no GPU (" in output  # m5: the start-up check passes
+    if torch.version.cuda is None:
+        assert "expected: no GPU (no sign of an NVIDIA GPU on this host)" in output
+        assert job.failure_text() == "AssertionError: Torch not compiled with CUDA enabled"
+    else:
+        assert job.failure_text() == "RuntimeError: No CUDA GPUs are available"
 
 
 STOPPABLE_SCRIPT = """
@@ -582,9 +628,18 @@ def fake_tensorflow(tmp_path: Path) -> Path:
 
 
 def test_tensorflow_gets_memory_growth_and_tf_config_on_two_hosts(job: Job, fake_tensorflow: Path) -> None:
+    """The stand-in TensorFlow is a CPU build, so the job is pinned to the CPU (``CUDA_VISIBLE_DEVICES=''``): on a
+    GPU machine the GPU check would rightly refuse a CPU-only TensorFlow."""
     job.configure({"epochs": "2"}, hosts=("algo-1", "algo-2"), current_host="algo-2")
     _pack_code(job, "directory")
-    code, output = job.run("--entry-point", "train.py", "--framework", "tensorflow", pythonpath=str(fake_tensorflow))
+    code, output = job.run(
+        "--entry-point",
+        "train.py",
+        "--framework",
+        "tensorflow",
+        pythonpath=str(fake_tensorflow),
+        CUDA_VISIBLE_DEVICES="",
+    )
     assert code == 0, output
     env = job.seen()["env"]
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"

@@ -27,11 +27,13 @@ def _tool(name: str) -> str:
     return found
 
 
+@pytest.mark.dev_tools
 def test_hadolint_finds_nothing() -> None:
     result = subprocess.run([_tool("hadolint"), str(DOCKERFILE)], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
 
+@pytest.mark.dev_tools
 def test_checkov_finds_nothing_and_every_skip_is_explained() -> None:
     result = subprocess.run(checkov_argv(DOCKERFILE, _tool("checkov")), capture_output=True, text=True, check=False)
     report = json.loads(result.stdout)

@@ -1,13 +1,15 @@
 """The real entry point (``python -m gpu_train train``) in a temporary SageMaker tree.
 
-* train -> checkpoint -> SIGTERM -> resume -> model.tar.gz with the weights of an uninterrupted run;
-* 2-process DDP (gloo) through torchrun, reading a Pipe-mode channel through the launcher's demultiplexer;
+* train -> checkpoint -> SIGTERM -> resume -> model.tar.gz with the weights of an uninterrupted run (on the CPU);
+* 2-process DDP (gloo, on the CPU) through torchrun, reading a Pipe-mode channel through the launcher's
+  demultiplexer;
 * the failure file for each kind of bad input;
 * the MetricDefinitions regexes against the lines the loop really prints.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -27,6 +29,9 @@ pytestmark = pytest.mark.slow
 
 HP = {"epochs": "2", "batch_size": "16", "arch": "resnet_tiny", "width": "8", "lr": "0.05", "log_steps": "2",
       "checkpoint_steps": "5", "num_workers": "1", "model_tarball": "true"}  # fmt: skip
+# The job's environment of a CPU job: hides a GPU of the machine that runs the test from CUDA, so torch trains on
+# the CPU there too (and the GPU check expects no GPU: gpu_check.gpus_hidden).
+CPU = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def _train(root: Any, **extra_env: str) -> int:
@@ -39,11 +44,19 @@ def _tar_members(path: Path) -> dict[str, bytes]:
         return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
+def _digests(members: dict[str, bytes]) -> dict[str, str]:
+    """SHA-256 per member: a mismatch reads as one line per file (a byte diff of the weights takes minutes)."""
+    return {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
+
+
 def test_sigterm_checkpoint_resume_gives_the_uninterrupted_model(
     make_root: Callable[..., Any], entrypoint: Any, read_state: Callable[[Path], dict[str, Any]]
 ) -> None:
+    """On the CPU (pinned with ``CUDA_VISIBLE_DEVICES=''``), where every kernel is deterministic: the resumed
+    model is byte for byte the uninterrupted one. On a GPU, cuDNN's autotuned kernels and atomics make two runs
+    differ in the last bits from the first step on, resumed or not, so a byte comparison says nothing there."""
     baseline, interrupted = make_root(HP, name="baseline"), make_root(HP, name="interrupted")
-    process = entrypoint.start(interrupted)  # the container's process
+    process = entrypoint.start(interrupted, **CPU)  # the container's process
     assert process.stdout is not None
     lines = []
     for line in process.stdout:
@@ -59,13 +72,15 @@ def test_sigterm_checkpoint_resume_gives_the_uninterrupted_model(
     step = int(stopped_at[0][len("checkpoint-") : -len(".pt")])
     assert 6 <= step < 24  # stopped mid-run, within a step or two of the signal
 
-    # The restarted job (same entry point, in this process) and an uninterrupted run with the same seed.
-    assert _train(interrupted) == 0
-    assert _train(baseline) == 0
+    # The restarted job (same entry point) and an uninterrupted run with the same seed: own processes, as this
+    # one's torch may already see a GPU.
+    for root in (interrupted, baseline):
+        code, output = entrypoint.run(root, **CPU)
+        assert code == 0, output
     tarballs = [root.root / "output" / "data" / "model.tar.gz" for root in (baseline, interrupted)]
     members = [_tar_members(t) for t in tarballs]
     assert sorted(members[1]) == ["code/inference.py", "code/model.py", "model.pt", "model_config.json"]
-    assert members[0] == members[1]  # byte-identical artifacts, weights included
+    assert _digests(members[0]) == _digests(members[1])  # byte-identical artifacts, weights included
     weights = torch.load(io.BytesIO(members[1]["model.pt"]), weights_only=True)
     config = json.loads(members[1]["model_config.json"])
     assert config["num_classes"] == 3 and config["image_size"] == 32 and config["trained_steps"] == 24
@@ -90,7 +105,9 @@ def test_two_process_ddp_over_torchrun_with_a_pipe_mode_channel(
     make_root: Callable[..., Any], entrypoint: Any, shards: Path
 ) -> None:
     """torchrun, 2 processes (gloo); training data from a Pipe-mode FIFO split between them by the
-    launcher, validation from File mode split by shards."""
+    launcher, validation from File mode split by shards. Pinned to the CPU (``CUDA_VISIBLE_DEVICES=''``): a
+    machine with one GPU has no GPU for the second process (the trainer refuses that: see
+    test_training_gpu_check.py), and gloo on the CPU is what this test is about."""
     hp = {**HP, "epochs": "1", "processes_per_host": "2", "checkpoint_steps": "0", "num_workers": "0",
           "image_size": "32", "num_classes": "3"}  # fmt: skip
     root = make_root(hp, channels={"train": "Pipe", "validation": "File"}, data=False)
@@ -106,7 +123,7 @@ def test_two_process_ddp_over_torchrun_with_a_pipe_mode_channel(
 
     feeder = threading.Thread(target=sagemaker_pipe, daemon=True)
     feeder.start()
-    code, output = entrypoint.run(root)
+    code, output = entrypoint.run(root, **CPU)
     feeder.join(timeout=10)
     assert code == 0, output
     assert "starting 2 processes on 1 hosts" in output and "--nproc_per_node=2 --standalone" in output
@@ -149,12 +166,22 @@ def test_bad_hyperparameter_writes_the_failure_file_and_exits_non_zero(
     assert root.failure_text().startswith(expected) and expected in output
 
 
-def test_gpu_expected_but_absent_fails_before_training(make_root: Callable[..., Any]) -> None:
+def test_gpu_expected_but_absent_fails_before_training(make_root: Callable[..., Any], entrypoint: Any) -> None:
+    """``SM_NUM_GPUS=1`` where torch sees no GPU: a CPU build of torch, or (on a GPU machine) a CUDA build whose
+    GPUs the job's ``CUDA_VISIBLE_DEVICES=''`` hides. Its own process, as this one's torch may already see one."""
     root = make_root()
-    assert _train(root, SM_NUM_GPUS="1") == 1
+    code, output = entrypoint.run(root, SM_NUM_GPUS="1", **CPU)
+    assert code == 1, output
     text = root.failure_text()
     assert text.startswith("GpuCheckError: GPUs expected (SM_NUM_GPUS=1) but torch ")
-    assert "is a CPU-only build" in text and len(text) <= 1024
+    if torch.version.cuda is None:
+        assert "is a CPU-only build" in text
+    else:
+        assert text.startswith(
+            "GpuCheckError: GPUs expected (SM_NUM_GPUS=1) but torch sees none (torch.cuda.is_available() is False): "
+            "CUDA_VISIBLE_DEVICES='' hides every GPU from CUDA (unset it). Refusing to train on the CPU."
+        )
+    assert len(text) <= 1024 and "epoch=" not in output
     assert not root.checkpoints and not root.model_dir.exists()
 
 

@@ -32,6 +32,10 @@ from gpu_train.sagemaker import Channel
 # (measured ~1 s for one process, ~3 s through torchrun; a loader worker left blocked in its read would add
 # the DataLoader's 5 s shutdown wait).
 STOP_WITHIN_S = 5.0
+# The job's environment of the 2-process DDP tests: hides a GPU of the machine that runs the test from CUDA, so both
+# processes train on the CPU over gloo (a machine with one GPU has none for the second process: the trainer refuses
+# that before torchrun starts), which is what these tests are about.
+CPU = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def _hp(**extra: str) -> dict[str, str]:
@@ -140,9 +144,10 @@ def test_an_epoch_without_drops_is_one_info_line(
 
 @pytest.mark.slow
 def test_every_ddp_process_fails_on_zero_steps_without_hanging(make_root: Callable[..., Any], entrypoint: Any) -> None:
+    """Two processes on the CPU (:data:`CPU`)."""
     root = make_root(_hp(batch_size="128", processes_per_host="2"))  # 8 shards = 96 samples per process
     started = time.monotonic()
-    code, output = entrypoint.run(root, timeout=120)
+    code, output = entrypoint.run(root, timeout=120, **CPU)
     assert code == 1, output
     assert time.monotonic() - started < 90
     assert output.count("no training step in epoch 0") >= 2, output  # both processes reached the same verdict
@@ -167,10 +172,11 @@ def decode(sample):
 
 
 def _stop_while_waiting(
-    entrypoint: Any, root: Any, marker: str = "waiting for the first batch"
+    entrypoint: Any, root: Any, marker: str = "waiting for the first batch", **extra_env: str
 ) -> tuple[int, float, str]:
-    """Start the real entry point, SIGTERM it once it logs ``marker``; (exit code, seconds, log)."""
-    process = entrypoint.start(root)
+    """Start the real entry point (``extra_env`` added to its environment), SIGTERM it once it logs ``marker``;
+    (exit code, seconds, log)."""
+    process = entrypoint.start(root, **extra_env)
     assert process.stdout is not None
     lines: queue.Queue[str | None] = queue.Queue()
 
@@ -225,12 +231,15 @@ def test_sigterm_while_a_pipe_fifo_never_gets_data_stops_the_job_within_seconds(
 def test_sigterm_reaches_every_ddp_process_waiting_behind_the_pipe_demultiplexer(
     make_root: Callable[..., Any], entrypoint: Any
 ) -> None:
+    """Two processes on the CPU (:data:`CPU`)."""
     hp = _hp(image_size="32", num_classes="3", processes_per_host="2")
     root = make_root(hp, channels={"train": "Pipe"}, data=False)
     fifo = root.root / "input" / "data" / "train_0"
     os.mkfifo(fifo)
     try:
-        code, seconds, output = _stop_while_waiting(entrypoint, root)  # SIGTERM to the launcher, as SageMaker does
+        code, seconds, output = _stop_while_waiting(
+            entrypoint, root, **CPU
+        )  # SIGTERM to the launcher, as SageMaker does
     finally:
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
