@@ -8,7 +8,8 @@
 3. checks the training channel exists;
 4. runs one training process in-process when the cluster has one process in total, otherwise starts
    ``torchrun`` with one process per GPU on every host (static rendezvous on the first host of
-   ``resourceconfig.json``) with the training toolkit's EFA and NCCL settings
+   ``resourceconfig.json``, or on ``MASTER_ADDR`` when the job's environment sets it, as ``launch`` does: hosts
+   that share a machine) with the training toolkit's EFA and NCCL settings
    (:func:`gpu_train.launcher.torchrun_env`), forwarding SIGTERM/SIGINT to it;
 5. exits 0 when the model is written, 143 when stopped by SIGTERM (after a checkpoint), 1 on failure
    with the cause in ``/opt/ml/output/failure`` (also when an epoch trains no step: see
@@ -90,7 +91,8 @@ def train(environ: dict[str, str] | None = None, *, install_signals: bool = True
     distributed_env(child_env, env.resource)
     torchrun_env(child_env, env.resource.current_instance_type)
     demuxes = start_pipe_demuxes(env, (hp.train_channel, hp.validation_channel), nproc, child_env)
-    cmd = torchrun_command(env.resource, nproc, master_port=int(env_vars.get("MASTER_PORT", DEFAULT_MASTER_PORT)))
+    port, addr = int(env_vars.get("MASTER_PORT") or DEFAULT_MASTER_PORT), env_vars.get("MASTER_ADDR")
+    cmd = torchrun_command(env.resource, nproc, master_port=port, master_addr=addr)
     log.info("starting %d processes on %d hosts: %s", world, env.resource.num_hosts, " ".join(cmd))
     code, forwarded = run_forwarding_signals(cmd, child_env)
     return exit_status(code, forwarded=forwarded, stop=stop, demuxes=demuxes, paths=paths, what="torchrun")
