@@ -129,6 +129,16 @@ bench-peers: setup ## against the tools a user would pick instead: gpu_serve vs 
 bench-gpu: _gpu-check setup ## GPU benchmark (real vs synthetic data training throughput); needs an NVIDIA GPU
 	$(PY) -m benchmarks.training_gpu --device cuda $(BENCH_QUICK)
 
+# Needs no virtualenv and no network: the GPU host's python3 with torch, and the wheels of .gpu-wheels/.
+GPU_PYTHON ?= python3
+PYTHON_VERSION ?= 3.12
+.PHONY: gpu-check gpu-wheels
+gpu-check: ## on a GPU host, <= 8 min with only python3 + torch: container tests (GPU ones too), GPU benchmarks, one summary -> docs/benchmarks.md
+	$(GPU_PYTHON) -m benchmarks.gpu_check $(ARGS)
+
+gpu-wheels: setup ## where the package registry is reachable: fetch what gpu-check installs on a GPU host into .gpu-wheels/ (PYTHON_VERSION=3.12)
+	$(PY) -m benchmarks.gpu_check fetch --python-version $(PYTHON_VERSION)
+
 .PHONY: lint-dockerfiles
 # checkov --skip-download: no call to the Prisma Cloud API (no guideline download, no network traceback offline).
 lint-dockerfiles: setup ## hadolint + checkov (offline) over the training and inference Dockerfiles
