@@ -14,10 +14,23 @@ Order and resumption
 
 Speed
     A worker maps a whole shard (FastFile: reads it with one sequential read into a reused buffer), checks
-    it (XXH3-64 checksum), and copies pre-decoded ``uint8`` pixels straight into batch tensors in shared
-    memory that it reuses in turn, so the per-sample work is one ``memcpy``. Pixels travel to the GPU as
-    ``uint8`` (4x fewer bytes than float) from pinned memory with non-blocking copies on a side stream;
+    it (XXH3-64 checksum), and copies pre-decoded ``uint8`` pixels straight into a batch slot: shared memory
+    that the main process allocated before the workers started (:class:`BatchSlots`), a ring of slots per
+    worker, page-locked (pinned) for the GPU's copy engine once the workers run. So the per-sample work is one
+    ``memcpy``, and the main process receives only ``(worker, slot, ...)`` numbers per batch: no tensor
+    pickling, no shared-memory mapping, no pinning copy (``DataLoader(pin_memory=True)`` copied every batch
+    again into pinned memory, in a thread of the training process), no per-batch allocation. A slot goes back
+    to its worker once the batch's host-to-device copy is known to be done (``hold`` batches later, see
+    :class:`ShardLoader`). Pixels travel to the GPU as ``uint8`` (4x fewer bytes than float) with non-blocking
+    copies on a side stream, ``depth`` batches ahead of the training step (:class:`DevicePipeline`);
     conversion, normalisation, random-resized-crop and flip run batched on the GPU, in channels_last layout.
+
+JPEG shards
+    Shards packed with ``gpuctl shard --format jpeg`` hold baseline JPEGs of the training size (``index.json``:
+    ``sample.image.encoding = "jpeg"``). With a CUDA device and torchvision the workers put each batch's JPEG
+    bytes into the slot and the main process decodes the batch on the GPU with nvJPEG
+    (``torchvision.io.decode_jpeg(list, device="cuda")``); otherwise the workers decode them with Pillow into
+    pixels, and the rest is as for raw shards (:func:`jpeg_decode_for` picks).
 
 Pipe mode
     The channel's FIFO for the current pass is read as one stream of concatenated shards by the first
@@ -39,6 +52,7 @@ import math
 import mmap
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,6 +81,11 @@ log = logging.getLogger(__name__)
 
 Decoder = Callable[[dict[str, bytes]], tuple[np.ndarray, int]]
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
+ENCODINGS = ("raw", "jpeg")  # sample.image.encoding in index.json (gpu_train.pack)
+JPEG_EXTS = ("jpg", "jpeg")
+JPEG_DECODERS = ("cpu", "device")
+#: Batches the device pipeline copies (or decodes) ahead of the training step.
+PREFETCH_DEPTH = 2
 
 
 # ----------------------------------------------------------------------------------- dataset discovery
@@ -165,6 +184,116 @@ def _label(sample: dict[str, bytes]) -> int:
         raise DataError(f"sample label {bytes(raw)[:20]!r} is not an integer") from None
 
 
+def image_encoding(index: DatasetIndex | None, where: str = "index.json") -> str:
+    """How a dataset stores its images: ``raw`` (``uint8`` arrays, also datasets without an index) or ``jpeg``."""
+    spec = (index.sample.get("image") if index is not None else None) or {}
+    encoding = str(spec.get("encoding", "raw"))
+    if encoding not in ENCODINGS:
+        raise DataError(
+            f"{where}: image encoding {encoding!r} is not supported by this reader; supported: {', '.join(ENCODINGS)} "
+            "(re-pack with this version of `gpuctl shard`, or update the training image)"
+        )
+    return encoding
+
+
+def gpu_jpeg_problem(device: torch.device) -> str | None:
+    """Why batches of JPEGs cannot be decoded on ``device`` with nvJPEG, or None when they can.
+
+    ``torchvision.io.decode_jpeg`` takes a list of CPU ``uint8`` tensors and ``device="cuda"`` and decodes them as
+    one batch with nvJPEG (https://pytorch.org/vision/stable/generated/torchvision.io.decode_jpeg.html); a
+    torchvision built without nvJPEG raises. A one-pixel JPEG is decoded once to find out.
+    """
+    if device.type != "cuda":
+        return f"device {device} is not a CUDA device"
+    try:
+        import torchvision.io
+    except ImportError as exc:
+        return f"torchvision is not installed ({exc}); install the torchvision build that matches torch"
+    from gpu_train.pack import encode_jpeg
+
+    probe = torch.frombuffer(bytearray(encode_jpeg(np.zeros((8, 8, 3), np.uint8), 90)), dtype=torch.uint8)
+    try:
+        torchvision.io.decode_jpeg([probe], device=device)
+    except (RuntimeError, ValueError) as exc:
+        return f"torchvision {torchvision.__version__} cannot decode JPEGs on {device}: {exc}"
+    return None
+
+
+def jpeg_decode_for(source: DataSource, device: torch.device) -> str:
+    """Where the JPEG images of ``source`` are decoded: ``device`` (nvJPEG, batched, in the training process) when
+    the index says they are JPEGs of one size and ``device`` can, else ``cpu`` (Pillow, in the loader workers)."""
+    where = f"channel {source.channel.name!r} index.json"
+    if image_encoding(source.index, where) != "jpeg":
+        return "cpu"
+    problem = gpu_jpeg_problem(device)
+    if problem is not None:
+        log.info("channel %r holds JPEG shards: decoding them in the loader workers (%s)", source.channel.name, problem)
+        return "cpu"
+    return "device"
+
+
+def _decode_jpeg_cpu(data: np.ndarray | bytes, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """One JPEG as a ``uint8`` (H, W, 3) array (Pillow); resized and centre-cropped when it is not ``shape``."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError(
+            f"{where} holds JPEG images and decoding them on the CPU needs Pillow, which is not installed "
+            "(pip install Pillow)"
+        ) from None
+    import io
+
+    from gpu_train.pack import load_image
+
+    raw = data.tobytes() if isinstance(data, np.ndarray) else data
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            if image.size == (shape[1], shape[0]) and image.mode == "RGB":
+                return np.asarray(image)
+        return load_image(io.BytesIO(raw), shape[0])
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise DataError(f"{where}: a JPEG image cannot be decoded: {exc}") from None
+
+
+@dataclass
+class EncodedBatch:
+    """The JPEG bytes of a batch, back to back in ``data``, image ``i`` taking ``sizes[i]`` bytes.
+
+    What :meth:`ShardLoader.epoch` yields in place of pixels when the device decodes (``jpeg_decode="device"``);
+    :class:`DevicePipeline` decodes it.
+    """
+
+    data: torch.Tensor  # uint8, flat
+    sizes: torch.Tensor  # int64 (n,)
+
+    def __len__(self) -> int:
+        return int(self.sizes.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self),)
+
+    def parts(self) -> list[torch.Tensor]:
+        """One 1-D ``uint8`` tensor (a view) per image."""
+        sizes = self.sizes.tolist()
+        return list(torch.split(self.data[: sum(sizes)], sizes))
+
+
+@dataclass
+class _ShardSamples:
+    """One checked shard: labels, and either pixels (n, H, W, 3) or each sample's encoded image in ``data``."""
+
+    labels: np.ndarray
+    pixels: np.ndarray | None = None
+    data: np.ndarray | None = None  # the shard's bytes (uint8)
+    offsets: np.ndarray | None = None
+    sizes: np.ndarray | None = None
+    where: str = ""
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
 # --------------------------------------------------------------------------------------- the dataset
 
 
@@ -183,7 +312,20 @@ class StreamConfig:
     shuffle: bool = True
     drop_last: bool = True
     decoder: Decoder | None = None
-    ring_size: int = 0  # >0: loader workers reuse this many shared-memory batches in turn (see ShardLoader)
+    ring_size: int = 0  # >0: batch slots per loader worker, reused in turn (see ShardLoader, BatchSlots)
+    jpeg_decode: str = "cpu"  # JPEG shards: "cpu" (Pillow, in the workers) or "device" (DevicePipeline, nvJPEG)
+    encoded_bytes: int = 0  # jpeg_decode="device": room per image in a batch slot (0: the raw image size)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return (self.image_size, self.image_size, 3)
+
+    @property
+    def slot_image_bytes(self) -> int:
+        """Bytes per image in a batch slot: pixels, or (device decoding) the largest JPEG allowed."""
+        if self.jpeg_decode == "device":
+            return self.encoded_bytes or math.prod(self.image_shape)
+        return math.prod(self.image_shape)
 
 
 @dataclass(frozen=True)
@@ -253,13 +395,115 @@ class SharedState:
         return [pid for pid in self.tensor[self._pids :].tolist() if pid]
 
 
-class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
-    """Yields ``(images uint8 [B,H,W,3], labels int64 [B], logical worker, batch number)``."""
+def _shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor in shared memory (no page is touched: memory is committed as it is written)."""
+    count = math.prod(shape)
+    storage = torch.UntypedStorage._new_shared(count * torch.empty(0, dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
-    def __init__(self, config: StreamConfig, state: SharedState) -> None:
+
+class BatchSlots:
+    """The batch buffers of a loader's workers: ``ring`` slots per worker, in shared memory made by the main
+    process before it starts the workers, so a worker fills a slot that the training process already maps.
+
+    A worker hands over ``(worker, slot)``; the main process counts, per worker, the batches whose slots it gave
+    back (``control``: ``[generation, (generation_w, released_w) per worker]``), and a worker waits before
+    filling a slot whose previous batch is not given back yet. Each epoch is a new generation: the counts start
+    again, and a worker still finishing the previous epoch (its batches are discarded) does not wait.
+
+    :meth:`pin` page-locks the slots (``cudaHostRegister``) so host-to-device copies from them are asynchronous
+    DMA transfers; it is called once the workers have started, so the registration never meets a ``fork``
+    (the CUDA driver may mark page-locked ranges not to be inherited by child processes).
+    """
+
+    def __init__(self, config: StreamConfig) -> None:
+        self.workers, self.ring, self.batch_size = max(1, config.num_workers), config.ring_size, config.batch_size
+        head = (self.workers, self.ring, self.batch_size)
+        self.encoded = config.jpeg_decode == "device"
+        self.image_bytes = config.slot_image_bytes
+        if self.encoded:
+            self.data: torch.Tensor | None = _shared_tensor(
+                (*head[:2], self.batch_size * self.image_bytes), torch.uint8
+            )
+            self.sizes: torch.Tensor | None = _shared_tensor(head, torch.int64)
+            self.images: torch.Tensor | None = None
+        else:
+            self.data = self.sizes = None
+            self.images = _shared_tensor((*head, *config.image_shape), torch.uint8)
+        self.labels = _shared_tensor(head, torch.int64)
+        self.control = torch.zeros(1 + 2 * self.workers, dtype=torch.int64).share_memory_()
+        self._control = self.control.numpy()
+        self.pinned = False
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size() for t in (self.images, self.data, self.sizes, self.labels) if t is not None
+        )
+
+    # -- main process
+
+    def new_generation(self) -> None:
+        """A new epoch: every slot is free (the caller has no copy from one in flight)."""
+        generation = int(self._control[0]) + 1
+        self._control[1::2] = generation
+        self._control[2::2] = 0
+        self._control[0] = generation  # last: a worker that sees it sees the reset counts too
+
+    def release(self, worker: int) -> None:
+        """Give back the oldest slot of ``worker`` that was not given back yet."""
+        self._control[2 + 2 * worker] += 1
+
+    def views(self, worker: int, slot: int, count: int) -> tuple[torch.Tensor | EncodedBatch, torch.Tensor]:
+        labels = self.labels[worker, slot, :count]
+        if self.encoded:
+            assert self.data is not None and self.sizes is not None
+            return EncodedBatch(self.data[worker, slot], self.sizes[worker, slot, :count]), labels
+        assert self.images is not None
+        return self.images[worker, slot, :count], labels
+
+    def pin(self) -> None:
+        """Page-lock the slots for the GPU (https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html,
+        ``cudaHostRegister``); a failure (e.g. a locked-memory limit) leaves them pageable, with a warning."""
+        if self.pinned or not torch.cuda.is_available():
+            return
+        cudart = torch.cuda.cudart()
+        for tensor in (self.images, self.data, self.sizes, self.labels):
+            if tensor is None:
+                continue
+            size = tensor.numel() * tensor.element_size()
+            error = cudart.cudaHostRegister(tensor.data_ptr(), size, 0)
+            if int(error) != 0:
+                log.warning(
+                    "cannot page-lock %d MB of loader batch slots (cudaHostRegister error %s): host-to-device copies "
+                    "from them are synchronous",
+                    size >> 20,
+                    error,
+                )
+                return
+        self.pinned = True
+
+    # -- worker
+
+    def wait(self, worker: int, generation: int, released: int) -> None:
+        """Wait until the main process gave back ``released`` batches of ``worker`` in ``generation``."""
+        control = self._control
+        while control[0] == generation:
+            if control[1 + 2 * worker] == generation and control[2 + 2 * worker] >= released:
+                return
+            time.sleep(0.0002)
+
+
+class ShardStream(IterableDataset[tuple[Any, ...]]):
+    """Yields ``(images uint8 [B,H,W,3], labels int64 [B], logical worker, batch number)`` in process, and
+    ``(physical worker, slot, logical worker, batch number, batch size)`` from a worker that fills
+    :class:`BatchSlots`."""
+
+    def __init__(self, config: StreamConfig, state: SharedState, slots: BatchSlots | None = None) -> None:
         super().__init__()
         self.config = config
         self.state = state
+        self.slots = slots
         self._buffer = bytearray()
 
     # -- which shards and samples belong to (epoch, rank, worker)
@@ -318,32 +562,63 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
             raise DataError(f"{where}: cannot read: {exc}") from exc
         return view
 
-    def _shard_arrays(
-        self, data: bytes | bytearray | memoryview, where: str, expected: int | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Check one shard and return ``(pixels (n, H, W, 3) uint8, labels (n,) int64)``.
+    def _shard_samples(self, data: bytes | bytearray | memoryview, where: str, expected: int | None) -> _ShardSamples:
+        """Check one shard and return its samples: labels (n,) int64, and pixels (n, H, W, 3) uint8 or, for a
+        shard of JPEGs, where each one is (decoded as the batches are filled, or on the device).
 
-        Shards from ``gpuctl shard`` take the fast path: a zero-copy view checked as a whole (checksum and a
+        Raw shards from ``gpuctl shard`` take the fast path: a zero-copy view checked as a whole (checksum and a
         vectorised header check). Other shards (other tools, encoded images, a custom decoder) are parsed
-        member by member and decoded sample by sample.
+        member by member; shards whose samples are each one JPEG and a label keep the JPEG bytes, other
+        images are decoded sample by sample here.
         """
         cfg = self.config
-        shape = (cfg.image_size, cfg.image_size, 3)
+        shape = cfg.image_shape
         fast = regular_image_shard(data, where, shape) if cfg.decoder is None else None
         if fast is not None:
-            pixels, labels, _ = fast
+            shard = _ShardSamples(labels=fast[1], pixels=fast[0], where=where)
         else:
             archive = parse_archive(data, where)
-            pixels = np.empty((len(archive.samples), *shape), dtype=np.uint8)
-            labels = np.empty(len(archive.samples), dtype=np.int64)
-            for i, sample in enumerate(archive.samples):
-                labels[i] = self._decode_into(archive, sample, pixels[i])
+            jpegs = self._jpeg_samples(archive) if cfg.decoder is None else None
+            if jpegs is not None:
+                shard = jpegs
+            else:
+                pixels = np.empty((len(archive.samples), *shape), dtype=np.uint8)
+                labels = np.empty(len(archive.samples), dtype=np.int64)
+                for i, sample in enumerate(archive.samples):
+                    labels[i] = self._decode_into(archive, sample, pixels[i])
+                shard = _ShardSamples(labels=labels, pixels=pixels, where=where)
+        labels = shard.labels
         if expected is not None and len(labels) != expected:
             raise DataError(f"{where}: {len(labels)} samples, index says {expected}")
         if len(labels) and (labels.min() < 0 or labels.max() >= cfg.num_classes):
             bad = int(labels.max() if labels.max() >= cfg.num_classes else labels.min())
             raise DataError(f"{where}: label {bad} is outside 0..{cfg.num_classes - 1}")
-        return pixels, labels
+        return shard
+
+    @staticmethod
+    def _jpeg_samples(archive: Archive) -> _ShardSamples | None:
+        """The samples of a shard whose every sample is one JPEG and a ``.cls`` label (None: another layout)."""
+        count = len(archive.samples)
+        if not count:
+            return None
+        offsets, sizes = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+        labels = np.empty(count, dtype=np.int64)
+        view = memoryview(archive.data)
+        for i, sample in enumerate(archive.samples):
+            if len(sample) != 2 or "cls" not in sample:
+                return None
+            ext = next(e for e in sample if e != "cls")
+            if ext not in JPEG_EXTS:
+                return None
+            offsets[i], sizes[i] = sample[ext]
+            label_offset, label_size = sample["cls"]
+            raw = bytes(view[label_offset : label_offset + label_size])
+            try:
+                labels[i] = int(raw)
+            except ValueError:
+                raise DataError(f"{archive.where}: label {raw[:20]!r} is not an integer") from None
+        data = np.frombuffer(view, dtype=np.uint8)
+        return _ShardSamples(labels=labels, data=data, offsets=offsets, sizes=sizes, where=archive.where)
 
     @property
     def _use_mmap(self) -> bool:
@@ -382,8 +657,8 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
 
     def _shards(
         self, epoch: int, worker: int, pipe_pass: int, skip_samples: int
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
-        """(pixels, labels, shard id for the in-shard permutation, samples to skip in it) per shard."""
+    ) -> Iterator[tuple[_ShardSamples, int, int]]:
+        """(samples, shard id for the in-shard permutation, samples to skip in it) per shard."""
         source = self.config.source
         if source.is_pipe:
             if worker != 0:
@@ -394,8 +669,7 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
                 raise DataError(f"{where} does not exist")
             with open(path, "rb", buffering=1 << 20) as stream:
                 for number, (buffer, archive_where) in enumerate(TarStream(stream, where).buffers()):
-                    pixels, labels = self._shard_arrays(buffer, archive_where, None)
-                    yield pixels, labels, number, 0
+                    yield self._shard_samples(buffer, archive_where, None), number, 0
             return
         for shard_id in self.worker_shards(epoch, worker):
             ref = source.shards[shard_id]
@@ -403,21 +677,16 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
             if per_rank is not None and skip_samples >= per_rank:
                 skip_samples -= per_rank  # skip a whole shard without reading it
                 continue
-            pixels, labels = self._shard_arrays(self._read_file(ref), f"shard {ref.path}", ref.samples)
-            yield pixels, labels, shard_id, skip_samples
+            yield self._shard_samples(self._read_file(ref), f"shard {ref.path}", ref.samples), shard_id, skip_samples
             skip_samples = 0
 
-    def _orders(
-        self, epoch: int, worker: int, pipe_pass: int, skip: int
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(pixels, labels, sample order) per shard: this process's samples, permuted, resume skips applied."""
+    def _orders(self, epoch: int, worker: int, pipe_pass: int, skip: int) -> Iterator[tuple[_ShardSamples, np.ndarray]]:
+        """(samples, sample order) per shard: this process's samples, permuted, resume skips applied."""
         cfg = self.config
         sample_split = cfg.source.is_pipe or not self.split_by_shard()
         pending = skip  # Pipe mode: nothing is known before reading, so skipped samples are read and dropped
-        for pixels, labels, shard_id, skip_in in self._shards(
-            epoch, worker, pipe_pass, 0 if cfg.source.is_pipe else skip
-        ):
-            count = len(labels)
+        for shard, shard_id, skip_in in self._shards(epoch, worker, pipe_pass, 0 if cfg.source.is_pipe else skip):
+            count = len(shard)
             if cfg.shuffle:
                 order = np.random.default_rng([cfg.seed, epoch, shard_id, 1]).permutation(count)
             else:
@@ -429,7 +698,7 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
                 order, pending = order[dropped:], pending - dropped
             else:
                 order = order[skip_in:]
-            yield pixels, labels, order
+            yield shard, order
 
     def _decode_into(self, archive: Archive, sample: dict[str, tuple[int, int]], out: np.ndarray) -> int:
         cfg = self.config
@@ -461,38 +730,65 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
         out[...] = array
         return int(label)
 
-    def _new_batch(self, size: int, in_worker: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.config
-        shape = (size, cfg.image_size, cfg.image_size, 3)
-        if in_worker:
-            # Allocate straight in shared memory: handing the batch to the main process copies nothing.
-            storage = torch.UntypedStorage._new_shared(math.prod(shape))
-            images = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
-        else:
-            images = torch.empty(shape, dtype=torch.uint8)
-        return images, torch.empty(size, dtype=torch.int64)
+    def _buffers(self, physical: int, in_worker: bool) -> Iterator[tuple[int, _Fill]]:
+        """``(slot, buffers)`` to fill with the next batch: a slot of :class:`BatchSlots` (in a worker), else
+        fresh tensors.
 
-    def _batches(self, in_worker: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Batch buffers to fill: fresh ones, or (in a worker with ``ring_size``) a reused ring of them.
-
-        A new shared-memory segment per batch costs a page fault per 4 KB on both sides of the queue (for a
-        256 x 224 x 224 x 3 batch: ~9,400 in the worker and again in the trainer), several times the cost of
-        copying the pixels. The ring is safe because a worker is never more than ``prefetch_factor`` batches
-        ahead of what the trainer has received, and the trainer converts each batch before taking the next.
+        A worker fills its slots in turn and waits, before reusing one, until the main process has given its
+        previous batch back (:meth:`BatchSlots.wait`); in one epoch its ``n``-th batch goes to slot ``n % ring``.
         """
-        if not (in_worker and self.config.ring_size):
+        cfg = self.config
+        slots = self.slots if in_worker else None
+        if slots is None:
             while True:
-                yield self._new_batch(self.config.batch_size, in_worker)
-        ring: list[tuple[torch.Tensor, torch.Tensor]] = getattr(self, "_ring", [])
-        self._ring = ring  # kept across epochs (persistent workers)
-        slot = 0
+                yield -1, _Fill.fresh(cfg)
+        generation = int(slots.control[0])
+        ring = slots.ring
+        number = 0
         while True:
-            if slot == len(ring) and len(ring) < self.config.ring_size:
-                ring.append(self._new_batch(self.config.batch_size, in_worker))
-            yield ring[slot]
-            slot = (slot + 1) % self.config.ring_size
+            slot = number % ring
+            if number >= ring:
+                slots.wait(physical, generation, number - ring + 1)
+            yield slot, _Fill.of_slot(slots, physical, slot)
+            number += 1
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, int]]:
+    def _fill(self, batch: _Fill, filled: int, shard: _ShardSamples, chosen: np.ndarray) -> None:
+        """Put the samples ``chosen`` of ``shard`` at positions ``filled, filled + 1, ...`` of ``batch``."""
+        cfg = self.config
+        if shard.pixels is not None:
+            if batch.pixels is None:
+                raise DataError(
+                    f"{shard.where} holds raw pixels, but index.json says the dataset holds JPEGs "
+                    "(a shard from another packing run?): re-pack the whole dataset with one --format"
+                )
+            # One memcpy per sample (np.take would first copy the whole strided shard view).
+            for position, index in enumerate(chosen.tolist(), filled):
+                batch.pixels[position] = shard.pixels[index]
+        else:
+            assert shard.data is not None and shard.offsets is not None and shard.sizes is not None
+            offsets, sizes = shard.offsets, shard.sizes
+            if batch.pixels is not None:  # decoded here, with Pillow
+                shape = cfg.image_shape
+                for position, index in enumerate(chosen.tolist(), filled):
+                    start = int(offsets[index])
+                    image = shard.data[start : start + int(sizes[index])]
+                    batch.pixels[position] = _decode_jpeg_cpu(image, shape, shard.where)
+            else:  # the JPEG bytes, for the device to decode
+                assert batch.data is not None and batch.sizes is not None
+                for position, index in enumerate(chosen.tolist(), filled):
+                    start, size = int(offsets[index]), int(sizes[index])
+                    if batch.used + size > len(batch.data):
+                        raise DataError(
+                            f"{shard.where}: the JPEGs of one batch need more than its {len(batch.data)} bytes "
+                            f"({cfg.batch_size} x {cfg.slot_image_bytes}, from max_bytes in index.json): an image "
+                            f"of {size} bytes is larger than index.json says; re-pack the dataset"
+                        )
+                    batch.data[batch.used : batch.used + size] = shard.data[start : start + size]
+                    batch.sizes[position] = size
+                    batch.used += size
+        batch.labels[filled : filled + len(chosen)] = shard.labels[chosen]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
         cfg = self.config
         info = get_worker_info()
         physical = 0 if info is None else info.id
@@ -500,12 +796,11 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
         workers = max(1, cfg.num_workers)
         logical = (physical + rotation) % workers
         skip_batches = skips[logical]
+        in_worker = info is not None and self.slots is not None
         if info is not None:
             torch.set_num_threads(1)
-        buffers = self._batches(info is not None)
-        images, labels = next(buffers)
-        pixels = images.numpy()
-        label_values = labels.numpy()
+        buffers = self._buffers(physical, in_worker)
+        slot, batch = next(buffers)
         filled = 0
         seq = skip_batches
         shards = 0
@@ -516,31 +811,73 @@ class ShardStream(IterableDataset[tuple[torch.Tensor, torch.Tensor, int, int]]):
             stats = StreamStats(shards, seq * cfg.batch_size + filled, batches, dropped, finished)
             self.state.record(logical, epoch, stats)
 
+        def item(count: int) -> tuple[Any, ...]:
+            if in_worker:
+                return physical, slot, logical, seq, count
+            images, labels = batch.tensors(count)
+            return images, labels, logical, seq
+
         report(False)
-        for shard_pixels, shard_labels, order in self._orders(epoch, logical, pipe_pass, skip_batches * cfg.batch_size):
+        for shard, order in self._orders(epoch, logical, pipe_pass, skip_batches * cfg.batch_size):
             shards += 1
             position = 0
             while position < len(order):
                 take = min(cfg.batch_size - filled, len(order) - position)
-                chosen = order[position : position + take]
-                # One memcpy per sample (np.take would first copy the whole strided shard view).
-                for slot, index in enumerate(chosen.tolist(), filled):
-                    pixels[slot] = shard_pixels[index]
-                label_values[filled : filled + take] = shard_labels[chosen]
+                self._fill(batch, filled, shard, order[position : position + take])
                 filled += take
                 position += take
                 if filled == cfg.batch_size:
-                    yield images, labels, logical, seq
+                    yield item(filled)
                     seq += 1
                     filled = 0
-                    images, labels = next(buffers)
-                    pixels = images.numpy()
-                    label_values = labels.numpy()
+                    slot, batch = next(buffers)
             report(False)
         # Reported before the last item: the consumer may stop asking once it has it.
         report(True)
         if filled and not cfg.drop_last:
-            yield images[:filled].clone(), labels[:filled].clone(), logical, seq
+            yield item(filled)
+
+
+@dataclass
+class _Fill:
+    """The buffers one batch is filled into (numpy views of tensors): pixels, or JPEG bytes and their sizes."""
+
+    labels_tensor: torch.Tensor
+    pixels_tensor: torch.Tensor | None
+    data_tensor: torch.Tensor | None
+    sizes_tensor: torch.Tensor | None
+    used: int = 0  # bytes of ``data`` filled
+
+    def __post_init__(self) -> None:
+        self.labels = self.labels_tensor.numpy()
+        self.pixels = None if self.pixels_tensor is None else self.pixels_tensor.numpy()
+        self.data = None if self.data_tensor is None else self.data_tensor.numpy()
+        self.sizes = None if self.sizes_tensor is None else self.sizes_tensor.numpy()
+
+    @classmethod
+    def fresh(cls, cfg: StreamConfig) -> _Fill:
+        labels = torch.empty(cfg.batch_size, dtype=torch.int64)
+        if cfg.jpeg_decode == "device":
+            data = torch.empty(cfg.batch_size * cfg.slot_image_bytes, dtype=torch.uint8)
+            return cls(labels, None, data, torch.empty(cfg.batch_size, dtype=torch.int64))
+        return cls(labels, torch.empty((cfg.batch_size, *cfg.image_shape), dtype=torch.uint8), None, None)
+
+    @classmethod
+    def of_slot(cls, slots: BatchSlots, worker: int, slot: int) -> _Fill:
+        pick = (worker, slot)
+        return cls(
+            slots.labels[pick],
+            None if slots.images is None else slots.images[pick],
+            None if slots.data is None else slots.data[pick],
+            None if slots.sizes is None else slots.sizes[pick],
+        )
+
+    def tensors(self, count: int) -> tuple[torch.Tensor | EncodedBatch, torch.Tensor]:
+        """The first ``count`` samples (in process: fresh buffers, so they are the caller's)."""
+        if self.pixels_tensor is not None:
+            return self.pixels_tensor[:count], self.labels_tensor[:count]
+        assert self.data_tensor is not None and self.sizes_tensor is not None
+        return EncodedBatch(self.data_tensor, self.sizes_tensor[:count]), self.labels_tensor[:count]
 
 
 # ------------------------------------------------------------------------------------------ the loader
@@ -595,7 +932,14 @@ class LoaderState:
 
 
 class ShardLoader:
-    """A ``DataLoader`` over a :class:`ShardStream` that knows its position for exact resumption."""
+    """A ``DataLoader`` over a :class:`ShardStream` that knows its position for exact resumption.
+
+    With workers, batches are views of :class:`BatchSlots` that the workers reuse: a batch :meth:`epoch` yielded
+    stays valid until ``hold`` more batches have been asked for (then its slot goes back to its worker). A consumer
+    that copies batches asynchronously must have finished the copy of a batch by then; :class:`DevicePipeline`
+    with ``depth = hold - 1`` does (it waits for the copy event of that batch, long done in steady state).
+    ``pin_memory`` page-locks the slots once the workers have started (persistent workers only).
+    """
 
     def __init__(
         self,
@@ -604,13 +948,24 @@ class ShardLoader:
         pin_memory: bool = False,
         prefetch_factor: int = 4,
         persistent_workers: bool = True,
+        hold: int = PREFETCH_DEPTH + 1,
     ) -> None:
+        if hold < 1:
+            raise ValueError(f"hold={hold} is not allowed; allowed: >= 1 (batches a consumer keeps using)")
+        if config.jpeg_decode not in JPEG_DECODERS:
+            raise ValueError(f"jpeg_decode={config.jpeg_decode!r} is not allowed; allowed: {', '.join(JPEG_DECODERS)}")
+        if config.jpeg_decode == "device" and not config.encoded_bytes and config.source.index is not None:
+            largest = int((config.source.index.sample.get("image") or {}).get("max_bytes") or 0)
+            config = replace(config, encoded_bytes=largest)
         if config.num_workers > 0 and not config.ring_size:
-            # The trainer holds at most two batches besides the ones in flight (see ShardStream._batches).
-            config = replace(config, ring_size=prefetch_factor + 3)
+            # A worker may be prefetch_factor batches ahead of what the trainer received, which holds `hold` more.
+            config = replace(config, ring_size=prefetch_factor + hold + 1)
         self.config = config
+        self.hold = hold
         self.state = SharedState(config.num_workers)
-        self.dataset = ShardStream(config, self.state)
+        self.slots = BatchSlots(config) if config.num_workers > 0 else None
+        self._pin = pin_memory and persistent_workers and self.slots is not None
+        self.dataset = ShardStream(config, self.state, self.slots)
         kwargs: dict[str, Any] = {}
         if config.num_workers > 0:
             kwargs.update(
@@ -619,21 +974,10 @@ class ShardLoader:
                 worker_init_fn=_WorkerInit(self.state),
                 multiprocessing_context="fork" if os.name == "posix" else None,
             )
-        self.loader = DataLoader(
-            self.dataset,
-            batch_size=None,
-            num_workers=config.num_workers,
-            pin_memory=pin_memory,
-            **kwargs,
-        )
+        # No DataLoader pin_memory: its thread would copy every batch once more, into pinned memory, in this
+        # process; the workers write into (pinned) slots instead and only numbers cross the queue.
+        self.loader = DataLoader(self.dataset, batch_size=None, num_workers=config.num_workers, **kwargs)
         self.pipe_pass = 0  # Pipe mode: FIFO <channel>_<n> for the n-th pass in this container
-        # The ring batches received last, kept referenced: torch keeps a worker's shared-memory batch mapped in this
-        # process only while something references it, so without this every reuse of a ring slot maps it again and
-        # page-faults the whole batch (9,408 faults per 38.5 MB batch; +28% samples per CPU-second when kept,
-        # benchmarks.loader_peers). Costs no memory: the ring's segments exist anyway. With pin_memory the pinning
-        # thread drops the batch after its copy, so there is nothing to keep.
-        keep = config.ring_size * config.num_workers if config.num_workers > 0 and not pin_memory else 0
-        self._mapped: collections.deque[torch.Tensor] = collections.deque(maxlen=keep)
 
     def expected_stats(self, epoch: int) -> list[StreamStats | None]:
         """Each worker's stream in ``epoch`` as the index predicts it (None where counts are unknown)."""
@@ -669,7 +1013,7 @@ class ShardLoader:
 
     def epoch(
         self, epoch: int, resume: LoaderState | None = None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, LoaderState]]:
+    ) -> Iterator[tuple[torch.Tensor | EncodedBatch, torch.Tensor, LoaderState]]:
         """The batches of ``epoch``, each with the loader position after it (what a checkpoint stores).
 
         With ``resume`` (a position of the same epoch), continue after the batches it had consumed.
@@ -694,7 +1038,26 @@ class ShardLoader:
         self.state.set(epoch, rotation, self.pipe_pass, consumed)
         if self.config.source.is_pipe:
             self.pipe_pass += 1
-        for images, labels, logical, seq in self.loader:
+        slots = self.slots
+        if slots is not None:
+            slots.new_generation()
+        batches = iter(self.loader)
+        if self._pin and slots is not None:
+            slots.pin()  # after the workers started (BatchSlots.pin)
+        held: collections.deque[int] = collections.deque()  # the worker of each batch still held, oldest first
+        while True:
+            if slots is not None:
+                while len(held) >= self.hold:
+                    slots.release(held.popleft())
+            item = next(batches, None)
+            if item is None:
+                return
+            if slots is not None:
+                physical, slot, logical, seq, count = item
+                images, labels = slots.views(physical, slot, count)
+                held.append(physical)
+            else:
+                images, labels, logical, seq = item
             if seq != consumed[logical]:
                 raise RuntimeError(f"loader worker {logical} produced batch {seq}, expected {consumed[logical]}")
             consumed[logical] = seq + 1
@@ -705,20 +1068,38 @@ class ShardLoader:
                 num_workers=self.config.num_workers,
                 world=self.config.world,
             )
-            if self._mapped.maxlen:
-                self._mapped.append(images)
             yield images, labels, position
 
 
 # ---------------------------------------------------------------------------------- device-side work
 
 
+@dataclass
+class PipelineTimes:
+    """Where the training process spent its time in :meth:`DevicePipeline.batches` (seconds, summed)."""
+
+    batches: int = 0
+    wait: float = 0.0  # blocked until the loader handed over the next batch
+    issue: float = 0.0  # queueing its copy (or decode) and transform
+    release: float = 0.0  # waiting for an old batch's copy to finish before its slot goes back
+
+    def add(self, other: PipelineTimes) -> None:
+        self.batches += other.batches
+        self.wait += other.wait
+        self.issue += other.issue
+        self.release += other.release
+
+
 class DevicePipeline:
     """Moves uint8 NHWC batches to the device and turns them into normalised float NCHW tensors.
 
-    On CUDA the copy of the next batch runs on a side stream while the current one trains. Augmentation
-    (random resized crop with flips, one batched ``grid_sample``) draws from its own generator, whose
-    state is part of the checkpoint.
+    On CUDA each batch is copied (``uint8``, from the loader's pinned slots, non-blocking) or, for JPEG shards,
+    decoded with nvJPEG, then converted and augmented, all on a side stream, ``depth`` batches ahead of the
+    batch being trained; the training stream waits for that batch's event only, and nothing here synchronises
+    the host with the device except waiting for a copy issued ``depth`` batches earlier (done long before in
+    steady state) before its slot goes back to the loader. Augmentation (random resized crop with flips, one
+    batched ``grid_sample``) draws from its own generator, whose state is part of the checkpoint. With
+    ``profile``, :attr:`times` adds up where the host spent its time.
     """
 
     def __init__(
@@ -732,22 +1113,65 @@ class DevicePipeline:
         seed: int = 0,
         crop_area: tuple[float, float] = (0.25, 1.0),
         crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        depth: int = PREFETCH_DEPTH,
+        profile: bool = False,
     ) -> None:
+        if depth < 0:
+            raise ValueError(f"prefetch depth {depth} is not allowed; allowed: >= 0 batches")
         self.device = device
         self.augment = augment
         self.channels_last = channels_last
         self.crop_area = crop_area
         self.crop_ratio = crop_ratio
+        self.depth = depth
         self.mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1) * 255.0
         self.inv_std = 1.0 / (torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1) * 255.0)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.times: PipelineTimes | None = PipelineTimes() if profile else None
 
-    def _to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def hold(self) -> int:
+        """How many batches the loader must keep valid for this pipeline (``ShardLoader(hold=...)``)."""
+        return self.depth + 1
+
+    def _decode(self, batch: EncodedBatch) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """nvJPEG decode of a batch: uint8 (N, H, W, 3) (a channels_last view of N, 3, H, W), and the decoded
+        images (kept until the stack that reads them is done: see :meth:`batches`)."""
+        if self.device.type != "cuda":
+            raise DataError(
+                f"a batch of JPEG bytes reached the {self.device} pipeline; JPEGs are decoded on the device only "
+                "on CUDA (set jpeg_decode='cpu' to decode them in the loader workers)"
+            )
+        try:
+            from torchvision.io import decode_jpeg
+        except ImportError:
+            raise DataError(
+                "the shards hold JPEG images to decode on the GPU, and torchvision (nvJPEG) is not installed: "
+                "install the torchvision build that matches torch, or decode in the loader workers "
+                "(jpeg_decode='cpu')"
+            ) from None
+        images = decode_jpeg(batch.parts(), device=self.device)
+        shape = tuple(images[0].shape) if images else ()
+        if any(tuple(image.shape) != shape for image in images) or len(shape) != 3 or shape[0] != 3:
+            odd = next((tuple(i.shape) for i in images if tuple(i.shape) != shape), shape)
+            raise DataError(
+                f"a batch of JPEGs decodes to images of shapes {shape} and {odd}; expected (3, H, W), all one size "
+                "(re-pack with `gpuctl shard --format jpeg --image-size N`)"
+            )
+        return torch.stack(images).permute(0, 2, 3, 1), images
+
+    def _stage(
+        self, images: torch.Tensor | EncodedBatch, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The batch on the device (uint8 NHWC, labels), and what must live until its copy is done."""
+        if isinstance(images, EncodedBatch):
+            pixels, keep = self._decode(images)
+            return pixels, labels.to(self.device, non_blocking=True), keep
         if self.device.type == "cpu":
-            return images, labels
-        return images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+            return images, labels.clone(), None
+        return images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True), None
 
     def transform(self, images: torch.Tensor, train: bool) -> torch.Tensor:
         """uint8 (N, H, W, 3) on the device -> float (N, 3, H, W), normalised, augmented when ``train``."""
@@ -782,31 +1206,75 @@ class DevicePipeline:
         return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
 
     def batches(
-        self, loader: Iterator[tuple[torch.Tensor, torch.Tensor, Any]], train: bool = True
+        self, loader: Iterator[tuple[torch.Tensor | EncodedBatch, torch.Tensor, Any]], train: bool = True
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, tuple[Any, torch.Tensor]]]:
         """``(inputs, labels, (meta, augmentation state after this batch))`` on the device.
 
-        ``meta`` is passed through (the loader position). On CUDA the next batch's copy and transform
-        run on a side stream while the current batch trains; the augmentation state is captured per
-        batch, so a checkpoint taken after batch k resumes augmentation exactly at batch k + 1.
+        ``meta`` is passed through (the loader position). The augmentation state is captured per batch, so a
+        checkpoint taken after batch k resumes augmentation exactly at batch k + 1. The loader must keep each
+        batch valid for :attr:`hold` batches (``ShardLoader(hold=pipeline.hold)``).
         """
+        times = self.times if self.times is not None else PipelineTimes()
+        clock = time.perf_counter
         if self.stream is None:
-            for images, labels, meta in loader:
-                x = self.transform(images, train)
+            while True:
+                started = clock()
+                item = next(loader, None)
+                fetched = clock()
+                if item is None:
+                    return
+                images, labels, meta = item
+                pixels, labels, _ = self._stage(images, labels)
+                x = self.transform(pixels, train)
+                times.batches += 1
+                times.wait += fetched - started
+                times.issue += clock() - fetched
                 yield x, labels, (meta, self.generator.get_state())
-            return
-        pending: tuple[torch.Tensor, torch.Tensor, tuple[Any, torch.Tensor]] | None = None
-        for images, labels, meta in loader:
-            with torch.cuda.stream(self.stream):
-                images_dev, labels_dev = self._to_device(images, labels)
-                x = self.transform(images_dev, train)
-            ready = (x, labels_dev, (meta, self.generator.get_state()))
-            if pending is not None:
-                yield pending
-            current = torch.cuda.current_stream(self.device)
-            current.wait_stream(self.stream)
-            x.record_stream(current)
-            labels_dev.record_stream(current)
-            pending = ready
-        if pending is not None:
-            yield pending
+        current = torch.cuda.current_stream(self.device)
+        ready: collections.deque[tuple[torch.Tensor, torch.Tensor, tuple[Any, torch.Tensor], torch.cuda.Event]]
+        ready = collections.deque()
+        copies: collections.deque[tuple[torch.cuda.Event, Any]] = collections.deque()  # oldest first
+        try:
+            while True:
+                started = clock()
+                # Asking for the next batch gives the slot of the one `hold` back to the loader: its copy must be done.
+                while len(copies) >= self.hold:
+                    copies.popleft()[0].synchronize()
+                waited = clock()
+                item = next(loader, None)
+                fetched = clock()
+                if item is None:
+                    break
+                images, labels, meta = item
+                with torch.cuda.stream(self.stream):
+                    pixels, labels_dev, keep = self._stage(images, labels)
+                    copied = torch.cuda.Event()
+                    copied.record(self.stream)
+                    x = self.transform(pixels, train)
+                    done = torch.cuda.Event()
+                    done.record(self.stream)
+                copies.append((copied, keep))
+                ready.append((x, labels_dev, (meta, self.generator.get_state()), done))
+                times.batches += 1
+                times.release += waited - started
+                times.wait += fetched - waited
+                times.issue += clock() - fetched
+                if len(ready) > self.depth:
+                    yield self._hand_over(ready.popleft(), current)
+            while ready:
+                yield self._hand_over(ready.popleft(), current)
+        finally:
+            # The loader reuses the slots once this ends (its next epoch): no copy from them may be left running.
+            for event, _ in copies:
+                event.synchronize()
+
+    @staticmethod
+    def _hand_over(
+        entry: tuple[torch.Tensor, torch.Tensor, tuple[Any, torch.Tensor], torch.cuda.Event], current: torch.cuda.Stream
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[Any, torch.Tensor]]:
+        """The batch for the training stream: it waits for this batch's work only, and owns its memory from here."""
+        x, labels, state, done = entry
+        current.wait_event(done)
+        x.record_stream(current)
+        labels.record_stream(current)
+        return x, labels, state

@@ -33,6 +33,7 @@ from gpu_train.data import (
     ShardLoader,
     StreamConfig,
     discover,
+    jpeg_decode_for,
 )
 from gpu_train.distributed import DistContext
 from gpu_train.errors import ConfigError, DataError, HyperparameterError
@@ -260,6 +261,8 @@ class Trainer:
             shuffle=shuffle,
             drop_last=shuffle,
             decoder=decoder,
+            # JPEG shards: decoded in batches on the GPU (nvJPEG) when torchvision can, else in the loader workers.
+            jpeg_decode=jpeg_decode_for(source, self.device) if decoder is None else "cpu",
         )
         return ShardLoader(
             config,
@@ -592,7 +595,8 @@ class Trainer:
         count = 0
         criterion = nn.CrossEntropyLoss(reduction="sum")
         interrupted = False
-        items = self.val_loader.epoch(epoch)
+        # The training batches' path (slots, side-stream copies or nvJPEG decoding), without augmentation.
+        items = self.pipeline.batches(self.val_loader.epoch(epoch), train=False)
         with torch.no_grad():
             while True:
                 try:
@@ -603,9 +607,7 @@ class Trainer:
                     break
                 if item is None:
                     break
-                images, labels, _ = item
-                x = self.pipeline.transform(images.to(self.device, non_blocking=True), train=False)
-                y = labels.to(self.device, non_blocking=True)
+                x, y, _ = item
                 with self._autocast():
                     logits = model(x)
                 loss_sum += criterion(logits.float(), y).double()
