@@ -12,6 +12,12 @@ splits it back into one slice per request by row counts. ``output_fn`` runs on a
 
 Failure isolation: when a batched ``predict_fn`` raises, or its output cannot be split by rows, each
 request of that group is re-run on its own, so only the request that really fails gets the error.
+
+Death and life: the model thread checks in (:attr:`DynamicBatcher.last_beat`) whenever it waits for requests
+(at least every ``beat_s``) and after every batch, so :meth:`DynamicBatcher.stalled_s` tells how long it has
+held work without a sign of life. When it dies (``init_thread`` fails, or something that is no ``Exception``
+such as ``SystemExit`` escapes a handler function), every request queued or running is failed at once with a
+:class:`~gpu_serve.errors.ModelWorkerError`, later ones are refused with it, and ``on_dead`` is called.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gpu_serve.errors import ModelLoadError, ModelWorkerError
 from gpu_serve.handler import Handler
 
 BatchCallback = Callable[[int, int, float, int], None]
@@ -37,6 +44,9 @@ BatchCallback = Callable[[int, int, float, int], None]
 
 ErrorCallback = Callable[[str, BaseException, str], None]
 """``on_error(message, exception, traceback_text)``, for failures the model thread recovers from."""
+
+DeadCallback = Callable[[BaseException], None]
+"""``on_dead(exception)``, called on the model thread as it dies (after its requests were failed)."""
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,18 @@ class DynamicBatcher:
         on_batch: BatchCallback | None = None,
         on_error: ErrorCallback | None = None,
         fill_to_recent_peak: bool = True,
+        on_dead: DeadCallback | None = None,
+        beat_s: float = 1.0,
     ) -> None:
         self._handler = handler
+        self.on_dead = on_dead
+        self._beat_s = beat_s
+        #: time.monotonic() of the model thread's last sign of life.
+        self.last_beat = time.monotonic()
+        #: Why the model thread died (None while it lives).
+        self.failure: BaseException | None = None
+        self._initialised = threading.Event()
+        self._current: list[_Job] = []  # the batch being run
         self._fill_to_peak = fill_to_recent_peak
         #: Called by the model thread after each batch has been answered (may be set once running).
         self.after_batch: Callable[[], None] | None = None
@@ -142,7 +162,32 @@ class DynamicBatcher:
 
     # -- request side -------------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the model thread and wait for its ``init_thread``; a failure there is a failed load."""
         self._thread.start()
+        self._initialised.wait()
+        if self.failure is not None:
+            exc = self.failure
+            raise ModelLoadError(
+                f"the model thread failed to initialise (Handler.init_thread): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    @property
+    def alive(self) -> bool:
+        """The model thread is running (started and neither dead nor stopped)."""
+        return self.failure is None and self._thread.is_alive()
+
+    def stalled_s(self, now: float | None = None) -> float:
+        """Seconds the model thread has held work (queued or running) without a sign of life; 0 when idle."""
+        with self._cond:
+            busy = bool(self._queue) or self._running_rows > 0
+        if not busy:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self.last_beat)
+
+    def _dead_error(self) -> ModelWorkerError:
+        exc = self.failure
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "it stopped"
+        return ModelWorkerError(f"the model thread died ({why}); no prediction can be made in this model worker")
 
     def expect(self) -> None:
         """A request was admitted and will :meth:`submit` (or :meth:`abandon`) soon: worth waiting for."""
@@ -166,6 +211,10 @@ class DynamicBatcher:
 
     def _put(self, job: _Job, expected: bool) -> Future[BatchResult]:
         with self._cond:
+            if self.failure is not None:
+                if expected:
+                    self._arriving = max(0, self._arriving - 1)
+                raise self._dead_error()
             if self._stopping:
                 raise RuntimeError("the model thread is stopping")
             if expected:
@@ -208,7 +257,8 @@ class DynamicBatcher:
             while not self._queue:
                 if self._stopping:
                     return []
-                self._cond.wait()
+                self._cond.wait(self._beat_s)
+                self.last_beat = time.monotonic()
             first = self._queue[0]
             if first.key is not None and self._max_rows > 1:
                 deadline = first.enqueued + self._max_delay
@@ -223,6 +273,7 @@ class DynamicBatcher:
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
+                    self.last_beat = time.monotonic()
                 self._wait_rows = 0
             batch = [self._queue.popleft()]
             rows = batch[0].rows
@@ -239,11 +290,46 @@ class DynamicBatcher:
             return batch
 
     def _run(self) -> None:
-        self._handler.init_thread()
+        try:
+            self._handler.init_thread()
+        except BaseException as exc:
+            self._die(exc, initialised=False)  # start() raises it: a failed load, not a death
+            return
+        finally:
+            self._initialised.set()
+        try:
+            self._serve()
+        except BaseException as exc:  # SystemExit from a handler, or a bug here: nothing may wait for this thread
+            self._die(exc)
+
+    def _die(self, exc: BaseException, *, initialised: bool = True) -> None:
+        """Fail every request queued or running, refuse new ones, and tell ``on_dead``."""
+        with self._cond:
+            self.failure = exc
+            self._stopping = True
+            jobs = [*self._current, *self._queue]
+            self._queue.clear()
+            self._queued_rows = self._running_rows = 0
+            self._cond.notify_all()
+        error = self._dead_error()
+        for job in jobs:
+            if not job.future.done():
+                with contextlib.suppress(Exception):  # InvalidStateError: it was answered meanwhile
+                    job.future.set_exception(error)
+        if not initialised:
+            return
+        self._error("the model thread died", exc)
+        if self.on_dead is not None:
+            with contextlib.suppress(Exception):
+                self.on_dead(exc)
+
+    def _serve(self) -> None:
         while True:
+            self.last_beat = time.monotonic()
             batch = self._next_batch()
             if not batch:
                 return
+            self._current = batch
             started = time.monotonic()
             live = [job for job in batch if job.future.set_running_or_notify_cancel()]
             self._delivered(sum(job.rows for job in batch) - sum(job.rows for job in live))  # cancelled
@@ -257,6 +343,8 @@ class DynamicBatcher:
                 self._run_group(jobs, started)
             with self._cond:
                 self._running_rows = 0
+                self._current = []
+                self.last_beat = time.monotonic()
             hook = self.after_batch
             if hook is not None:
                 try:

@@ -84,6 +84,12 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "Model processes beside the HTTP process: auto (one per visible GPU, one on a CPU or single-GPU host), "
         "a count, or 0 (the model runs on a thread of the HTTP process).",
     ),
+    "GPU_SERVE_HEARTBEAT_TIMEOUT_S": (
+        "10",
+        "A model process that sends no heartbeat for this long is hung: /ping turns 503, its requests get 500 at "
+        "once, and it is killed and restarted. The model thread (both layouts) must also finish each forward pass "
+        "within the larger of this and GPU_SERVE_REQUEST_TIMEOUT_S.",
+    ),
     "GPU_SERVE_ACCESS_LOG": ("true", "Write one JSON access-log line per request."),
     "GPU_SERVE_METRICS_INTERVAL_S": ("60", "Period of the JSON counters summary line; 0 turns it off."),
 }
@@ -114,6 +120,7 @@ class ServeConfig:
     decode_threads: int = 2
     max_connections: int = 1024
     model_processes: int | None = None  # None: auto (one per visible GPU, at least one)
+    heartbeat_timeout_s: float = 10.0
     access_log: bool = True
     metrics_interval_s: float = 60.0
 
@@ -129,6 +136,7 @@ class ServeConfig:
         _check_range("GPU_SERVE_DECODE_THREADS", self.decode_threads, 1, 256)
         _check_range("SAGEMAKER_BIND_TO_PORT", self.port, 0, 65535)
         _check_range("GPU_SERVE_METRICS_INTERVAL_S", self.metrics_interval_s, 0, 86_400)
+        _check_range("GPU_SERVE_HEARTBEAT_TIMEOUT_S", self.heartbeat_timeout_s, 0.2, 3600)
         if self.model_processes is not None and (
             isinstance(self.model_processes, bool) or not 0 <= self.model_processes <= 64
         ):
@@ -154,6 +162,17 @@ class ServeConfig:
             raise ConfigError(
                 f"SAGEMAKER_PROGRAM={self.program!r} is not allowed; allowed: a file name such as inference.py"
             )
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """How often a model process sends its heartbeat and the model thread checks in while it waits."""
+        return min(1.0, self.heartbeat_timeout_s / 4)
+
+    @property
+    def stall_timeout_s(self) -> float:
+        """The longest a model thread that has work may go without a sign of life (a finished forward pass, or
+        a wait for requests) before it counts as hung: a forward pass may run up to the request timeout."""
+        return max(self.heartbeat_timeout_s, self.request_timeout_s)
 
     @property
     def module_name(self) -> str:
@@ -197,6 +216,9 @@ class ServeConfig:
             or min(4, os.cpu_count() or 1),
             "max_connections": _parse("GPU_SERVE_MAX_CONNECTIONS", get("GPU_SERVE_MAX_CONNECTIONS"), int, "an integer"),
             "model_processes": parse_model_processes(get("GPU_SERVE_MODEL_PROCESSES")),
+            "heartbeat_timeout_s": _parse(
+                "GPU_SERVE_HEARTBEAT_TIMEOUT_S", get("GPU_SERVE_HEARTBEAT_TIMEOUT_S"), float, "a number"
+            ),
             "access_log": _parse_bool("GPU_SERVE_ACCESS_LOG", get("GPU_SERVE_ACCESS_LOG")),
             "metrics_interval_s": _parse(
                 "GPU_SERVE_METRICS_INTERVAL_S", get("GPU_SERVE_METRICS_INTERVAL_S"), float, "a number"

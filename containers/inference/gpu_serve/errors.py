@@ -53,6 +53,15 @@ class ModelLoadError(ServeError):
     status_code = 500
 
 
+class ModelWorkerError(ServeError):
+    """The model thread or model process that held (or would run) a request died or hung (500).
+
+    The request is answered at once with this message, never left to run into the request timeout.
+    """
+
+    status_code = 500
+
+
 class ConfigError(ValueError):
     """A bad environment variable or option; the message names the variable, the value and what is allowed."""
 

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from gpu_serve import codecs
-from gpu_serve.batching import BatchCallback, BatchResult, DynamicBatcher, ErrorCallback
+from gpu_serve.batching import BatchCallback, BatchResult, DeadCallback, DynamicBatcher, ErrorCallback
 from gpu_serve.config import ServeConfig
-from gpu_serve.errors import BadRequestError, ServeError, status_of
+from gpu_serve.errors import BadRequestError, ModelWorkerError, ServeError, status_of
 from gpu_serve.handler import Handler, load_handler, warmup
 from gpu_serve.ipc import HandlerInfo, Outcome
 from gpu_serve.metrics import LogSink
@@ -107,6 +107,8 @@ class Invoker:
             future = batcher.submit(data)
             submitted = True
             return Pending(future, accept, request_id, shape)
+        except ModelWorkerError as exc:  # the model thread died: answered at once
+            return Outcome(exc.status_code, message=exc.message)
         except RuntimeError as exc:  # the model thread stopped (shutdown) before the request was queued
             return Outcome(503, message=f"server is shutting down ({exc})")
         finally:
@@ -169,6 +171,8 @@ class Invoker:
         return Outcome(status, message=f"input_fn rejected the request: {type(exc).__name__}: {exc}", details=details)
 
     def _predict_error(self, pending: Pending, exc: BaseException) -> Outcome:
+        if isinstance(exc, ModelWorkerError):  # not the handler's failure: the model thread died under it
+            return Outcome(exc.status_code, message=exc.message)
         good, shape = self.good_shapes, pending.shape
         if shape is not None and good and shape not in good and status_of(exc, 500) == 500:
             # The model has answered other shapes and fails on this one: the input is wrong, not the server.
@@ -211,6 +215,7 @@ def load_invoker(
     log: LogSink,
     on_batch: BatchCallback | None = None,
     on_error: ErrorCallback | None = None,
+    on_dead: DeadCallback | None = None,
 ) -> tuple[Invoker, HandlerInfo]:
     """Handler, model, warm-up and a started model thread; raises what ``load_handler`` raises.
 
@@ -235,6 +240,8 @@ def load_invoker(
         max_batch_delay_s=config.max_batch_delay_ms / 1000.0,
         on_batch=on_batch,
         on_error=on_error,
+        on_dead=on_dead,
+        beat_s=config.heartbeat_interval_s,
     )
-    batcher.start()
+    batcher.start()  # raises ModelLoadError when the model thread cannot initialise
     return Invoker(handler, batcher, log), handler_info(handler, time.perf_counter() - t0)

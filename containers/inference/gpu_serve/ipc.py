@@ -11,7 +11,10 @@ Closing the socket tells the model process to finish and exit.
 
 Model process -> serving process: ``READY`` (a :class:`HandlerInfo`) or ``FAILED`` (why the model did not
 load), then ``RESULT`` (an :class:`Outcome` per invocation), ``BATCH`` (one per forward pass) and ``LOG``
-(a JSON log record for the serving process to write, so that stdout has one writer).
+(a JSON log record for the serving process to write, so that stdout has one writer), and ``HEARTBEAT``
+(every ``GPU_SERVE_HEARTBEAT_TIMEOUT_S / 4`` s, at most 1 s apart, from a thread of its own: the process is
+alive; its payload says how long the model thread has held work without a sign of life), and ``DIED`` (its
+model thread died; it exits right after, and takes no more requests meanwhile).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ HEADER = struct.Struct("<QBQ")  # payload length, kind, request id
 _INVOKE = struct.Struct("<HHH")  # lengths of content type, accept, request id
 _RESULT = struct.Struct("<HI")  # status, length of the JSON meta
 _BATCH = struct.Struct("<IIdI")  # rows, requests, model_latency_ms, still queued
+_HEARTBEAT = struct.Struct("<d")  # seconds the model thread has held work without a sign of life
 
 # Serving process -> model process.
 CONFIG = 1
@@ -40,6 +44,11 @@ FAILED = 11
 RESULT = 12
 BATCH = 13
 LOG = 14
+HEARTBEAT = 15
+DIED = 16  # the model thread died: the process exits right after (with MODEL_THREAD_DIED_EXIT)
+
+#: Exit code of a model process whose model thread died (EX_SOFTWARE of sysexits.h: an internal error).
+MODEL_THREAD_DIED_EXIT = 70
 
 #: Frames up to this size are written with one ``sendall`` (header and payload joined); larger payloads are
 #: sent after their header without the copy that joining would make.
@@ -153,6 +162,15 @@ def batch_payload(rows: int, requests: int, model_ms: float, queued: int) -> byt
 def parse_batch(payload: bytes) -> tuple[int, int, float, int]:
     rows, requests, model_ms, queued = _BATCH.unpack(payload)
     return rows, requests, model_ms, queued
+
+
+def heartbeat_payload(stalled_s: float) -> bytes:
+    return _HEARTBEAT.pack(stalled_s)
+
+
+def parse_heartbeat(payload: bytes) -> float:
+    (stalled_s,) = _HEARTBEAT.unpack(payload)
+    return float(stalled_s)
 
 
 def frame(kind: int, request_id: int, payload: bytes) -> bytes:

@@ -12,7 +12,14 @@ process with the fewest requests in it (ties to the lowest index), where it is b
 A model process that exits while serving (a crash, the kernel's OOM killer) is restarted; the requests it
 held are answered 500, and while no model process is ready, invocations get 503 with Retry-After and
 ``/ping`` 503 ``{"status": "restarting"}``. One that fails to load the model stops the server (exit 1), as
-a failed load does in one process.
+a failed load does in one process. A model process whose model thread dies says so (``DIED``: it stops counting
+as ready at once) and exits (code 70), and is restarted the same way.
+
+A hung model process is restarted too: one that sends no ``HEARTBEAT`` frame for ``GPU_SERVE_HEARTBEAT_TIMEOUT_S``
+(stopped by SIGSTOP, frozen), or whose model thread has held work without a sign of life for longer than
+``max(GPU_SERVE_HEARTBEAT_TIMEOUT_S, GPU_SERVE_REQUEST_TIMEOUT_S)``, stops counting as ready at once (``/ping``
+503 while no other is ready), the requests it holds are answered 500 saying so, and it is killed (SIGKILL)
+and restarted. The check runs on every ``/ping`` and invocation and every heartbeat interval.
 """
 
 from __future__ import annotations
@@ -56,6 +63,11 @@ class _Worker:
         self.task: asyncio.Task[None] | None = None
         self.starts = 0
         self.reported_failure = False  # it sent a FAILED frame (already logged)
+        self.last_seen = time.monotonic()  # its last frame of any kind
+        self.stalled_s = 0.0  # from its last heartbeat: how long its model thread has held work without life
+        self.hung: str | None = None  # why it was declared hung (then it is being killed)
+        self.died = False  # it sent DIED: its model thread is gone and it is exiting
+        self.ever_ready = False  # this incarnation loaded the model
 
     def send(self, kind: int, request_id: int, parts: list[bytes]) -> None:
         if self.writer is None or self.writer.is_closing():
@@ -84,6 +96,7 @@ class ModelProcesses:
         self._loaded = False
         self._on_ready: Callable[[HandlerInfo], None] | None = None
         self._on_failed: Callable[[], None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self, on_ready: Callable[[HandlerInfo], None], on_failed: Callable[[], None]) -> None:
@@ -91,12 +104,63 @@ class ModelProcesses:
         self._on_ready, self._on_failed = on_ready, on_failed
         gpus = visible_gpus(nvml_device_count()) if self.config.device in ("auto", "cuda") else []
         self._workers = [_Worker(i, env) for i, env in enumerate(plan_model_processes(self.config, gpus))]
+        loop = asyncio.get_running_loop()
         for worker in self._workers:
-            worker.task = asyncio.get_running_loop().create_task(self._run(worker))
+            worker.task = loop.create_task(self._run(worker))
+        self._watchdog = loop.create_task(self._watch())
 
     @property
     def available(self) -> bool:
-        return any(w.ready for w in self._workers)
+        now = time.monotonic()
+        return any(self._serving(w, now) for w in self._workers)
+
+    @property
+    def unavailable_state(self) -> str:
+        """The ``/ping`` status while no model process can take a request."""
+        return "restarting"
+
+    @property
+    def unavailable_message(self) -> str:
+        return "no model process is ready (one is restarting); retry later"
+
+    def _serving(self, worker: _Worker, now: float) -> bool:
+        """Ready, connected and alive: a model process found hung here is killed (and restarted by _run)."""
+        if not worker.ready or worker.hung is not None or worker.died:
+            return False
+        timeout = self.config.heartbeat_timeout_s
+        silent = now - worker.last_seen
+        if silent > timeout:
+            why = f"sent no heartbeat for {silent:.1f} s (GPU_SERVE_HEARTBEAT_TIMEOUT_S={timeout:g})"
+        elif worker.stalled_s > self.config.stall_timeout_s:
+            limit = self.config.stall_timeout_s
+            why = (
+                f"its model thread has held requests for {worker.stalled_s:.1f} s without finishing a forward pass "
+                f"(limit: max(GPU_SERVE_HEARTBEAT_TIMEOUT_S, GPU_SERVE_REQUEST_TIMEOUT_S)={limit:g} s)"
+            )
+        else:
+            return True
+        self._hung(worker, why)
+        return False
+
+    def _hung(self, worker: _Worker, why: str) -> None:
+        pid = worker.proc.pid if worker.proc else "?"
+        worker.hung = why
+        message = f"model process {worker.index} (pid {pid}) is hung: it {why}; killed, restarting it"
+        self.log.log("error", message=message, model_process=worker.index)
+        for future in worker.pending.values():
+            if not future.done():
+                future.set_result(Outcome(500, message=f"{message}; this request was in it, retry"))
+        worker.pending.clear()
+        if worker.proc is not None and worker.proc.poll() is None:
+            worker.proc.kill()  # works on a stopped process too; its socket closes, and _run restarts it
+
+    async def _watch(self) -> None:
+        """Find hung model processes between requests too (see :meth:`_serving`)."""
+        while not self._stopping:
+            await asyncio.sleep(self.config.heartbeat_interval_s)
+            now = time.monotonic()
+            for worker in self._workers:
+                self._serving(worker, now)
 
     def describe(self) -> dict[str, object]:
         return {"model_processes": len(self._workers), "model_process_list": [w.describe() for w in self._workers]}
@@ -105,6 +169,8 @@ class ModelProcesses:
         """Close every model process's socket (it finishes its queue and exits) and wait for it (SIGKILL after
         ``STOP_TIMEOUT_S``); one still loading the model is killed at once."""
         self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         loop = asyncio.get_running_loop()
         for worker in self._workers:
             if worker.writer is not None:
@@ -144,6 +210,8 @@ class ModelProcesses:
             theirs.close()
         worker.starts += 1
         worker.reported_failure = False
+        worker.last_seen, worker.stalled_s, worker.hung, worker.ever_ready = time.monotonic(), 0.0, None, False
+        worker.died = False
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=httpio.MAX_HEAD_BYTES)
         worker.writer = writer
         worker.send(ipc.CONFIG, 0, [ipc.config_payload(self.config)])
@@ -159,7 +227,7 @@ class ModelProcesses:
                 self._fail()
                 return
             await self._pump(worker, reader)
-            served, worker.ready = worker.ready, False
+            served, worker.ready = worker.ever_ready, False
             if worker.writer is not None:
                 worker.writer.close()
             code = await self._exit_code(worker)
@@ -176,9 +244,17 @@ class ModelProcesses:
             self.log.log(
                 "error",
                 message=f"model process {worker.index} (pid {worker.proc.pid if worker.proc else '?'}) exited "
-                f"with code {code} while serving; restarting it",
+                f"with code {code} while serving{self._why(worker, code)}; restarting it",
                 exit_code=code,
             )
+
+    @staticmethod
+    def _why(worker: _Worker, code: int | None) -> str:
+        if worker.hung is not None:
+            return " (killed: it was hung)"
+        if code == ipc.MODEL_THREAD_DIED_EXIT:
+            return " (its model thread died; the error line before says why)"
+        return ""
 
     async def _exit_code(self, worker: _Worker) -> int | None:
         proc = worker.proc
@@ -202,8 +278,8 @@ class ModelProcesses:
                 future.set_result(
                     Outcome(
                         500,
-                        message=f"the model process (pid {pid}) exited with code {code} while it held this "
-                        "request; it is being restarted",
+                        message=f"the model process (pid {pid}) exited with code {code}{self._why(worker, code)} "
+                        "while it held this request; it is being restarted",
                     )
                 )
         worker.pending.clear()
@@ -217,7 +293,12 @@ class ModelProcesses:
                 payload = await reader.readexactly(size) if size else b""
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
-            if kind == ipc.RESULT:
+            worker.last_seen = time.monotonic()
+            if kind == ipc.HEARTBEAT:
+                worker.stalled_s = ipc.parse_heartbeat(payload)
+            elif kind == ipc.DIED:
+                worker.died = True  # not ready from now on; _run answers what it held once it has exited
+            elif kind == ipc.RESULT:
                 future = worker.pending.get(request_id)
                 if future is not None and not future.done():
                     future.set_result(Outcome.decode(payload))
@@ -240,7 +321,7 @@ class ModelProcesses:
 
     def _worker_ready(self, worker: _Worker, info: HandlerInfo) -> None:
         restarted = worker.info is not None
-        worker.info, worker.ready = info, True
+        worker.info, worker.ready, worker.ever_ready = info, True, True
         if restarted:
             self.log.log("model_process_restarted", index=worker.index, pid=info.pid, load_s=info.load_s)
         if not self._loaded and all(w.ready for w in self._workers):
@@ -258,7 +339,10 @@ class ModelProcesses:
     def _pick(self) -> _Worker | None:
         """The ready model process with the fewest requests in it; ties go to the lowest index, so that a
         light load keeps one process (its caches, its GPU clocks) warm instead of alternating."""
-        ready = [w for w in self._workers if w.ready and w.writer is not None and not w.writer.is_closing()]
+        now = time.monotonic()
+        ready = [
+            w for w in self._workers if self._serving(w, now) and w.writer is not None and not w.writer.is_closing()
+        ]
         if not ready:
             return None
         return min(ready, key=lambda w: (len(w.pending), w.index))
@@ -267,7 +351,7 @@ class ModelProcesses:
         """Send the request to a model process and wait for its answer (504 at ``deadline``)."""
         worker = self._pick()
         if worker is None:
-            return Outcome(503, message="no model process is ready (one is restarting); retry later")
+            return Outcome(503, message=self.unavailable_message)
         rid = next(self._ids)
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         worker.pending[rid] = future

@@ -26,7 +26,9 @@ read so that the client sees the response):
   out of service), anything else gets 503 with Retry-After;
 - malformed body or wrong shape: 400 with a JSON error that says what was expected;
 - exception in predict_fn/output_fn: 500, logged with its traceback; the model thread goes on;
-- no answer within ``GPU_SERVE_REQUEST_TIMEOUT_S``: 504.
+- no answer within ``GPU_SERVE_REQUEST_TIMEOUT_S``: 504;
+- the model thread or model process holding the request died or hung: 500 at once, saying so; ``/ping``
+  answers 503 while no model worker can serve (see :mod:`gpu_serve.model_process`, :mod:`gpu_serve.inprocess`).
 
 SIGTERM (or SIGINT): ``/ping`` turns 503, new invocations get 503, in-flight ones finish (at most
 ``GPU_SERVE_DRAIN_TIMEOUT_S``), then the model processes are stopped and the server exits 0.
@@ -83,6 +85,12 @@ class ModelBackend(Protocol):
 
     @property
     def available(self) -> bool: ...
+
+    @property
+    def unavailable_state(self) -> str: ...
+
+    @property
+    def unavailable_message(self) -> str: ...
 
     def start(self, on_ready: Callable[[HandlerInfo], None], on_failed: Callable[[], None]) -> None: ...
 
@@ -515,7 +523,7 @@ class ServeApp:
     async def _ping(self, req: httpio.Request, writer: asyncio.StreamWriter, ex: _Exchange) -> None:
         state = self.state
         if state == "ready" and not self.backend.available:
-            state = "restarting"  # the only model process died and is loading the model again
+            state = self.backend.unavailable_state  # e.g. "restarting": no model process is ready; "hung"
         status = 200 if state == "ready" else 503
         body = json.dumps({"status": "healthy" if status == 200 else state}).encode()
         await self._send(req, writer, ex, status, body, negotiation.JSON)
@@ -601,7 +609,7 @@ class ServeApp:
             await self._refuse(req, reader, writer, ex, err, length, retry_after=True)
             return
         if not self.backend.available:
-            err = ServeError("no model process is ready (one is restarting); retry later", status_code=503)
+            err = ServeError(self.backend.unavailable_message, status_code=503)
             await self._refuse(req, reader, writer, ex, err, length, retry_after=True)
             return
         self._inflight += 1

@@ -16,6 +16,13 @@ Threads, all in this process and none shared with the HTTP event loop:
 The handler's functions all run in this one process, as in the SageMaker PyTorch toolkit's model server, so
 module state that ``model_fn`` sets up is there for ``input_fn`` and ``output_fn`` too.
 
+A **heartbeat thread** sends a ``HEARTBEAT`` frame every ``GPU_SERVE_HEARTBEAT_TIMEOUT_S / 4`` s (at most 1 s
+apart) from the moment the configuration arrives; the serving process kills and restarts a model process
+that goes silent (stopped, frozen) for longer, or whose model thread holds work without a sign of life for
+longer than the larger of that and ``GPU_SERVE_REQUEST_TIMEOUT_S``. A model thread that dies once serving
+ends the process with exit code 70 (:data:`gpu_serve.ipc.MODEL_THREAD_DIED_EXIT`), so that it is restarted;
+one that fails to initialise is a failed load (``FAILED``).
+
 The process ignores SIGINT and SIGTERM: the serving process drains the requests first and then closes the
 socket, which ends this process (so does the serving process's death: the socket closes with it).
 """
@@ -23,6 +30,7 @@ socket, which ends this process (so does the serving process's death: the socket
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import socket
@@ -196,6 +204,32 @@ class ModelWorker:
         self._channel.send(ipc.RESULT, request_id, outcome.encode())
 
 
+class Heartbeat:
+    """The heartbeat thread (see the module docstring); ``batcher`` is set once the model is loaded."""
+
+    def __init__(self, channel: ipc.Channel, interval_s: float) -> None:
+        self.batcher: Any = None
+        self._channel = channel
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-serve-heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batcher = self.batcher
+            stalled = batcher.stalled_s() if batcher is not None else 0.0
+            if not self._channel.send(ipc.HEARTBEAT, 0, ipc.heartbeat_payload(stalled)):
+                return  # the serving process is gone
+            self._stop.wait(self._interval_s)
+
+
 def load(channel: ipc.Channel, config: Any, log: ChannelLogger) -> Any:
     """Load handler and model, warm up, start the model thread; the Invoker, or None after a FAILED frame."""
     from gpu_serve.invoker import load_invoker
@@ -207,8 +241,20 @@ def load(channel: ipc.Channel, config: Any, log: ChannelLogger) -> Any:
     def on_error(message: str, exc: BaseException, trace: str) -> None:
         log.log("error", message=message, error_type=type(exc).__name__, traceback=trace)
 
+    def on_dead(exc: BaseException) -> None:
+        # The model thread is gone (its requests were failed and logged): this process cannot serve any more.
+        # Exit now, so that the serving process answers what it still holds and starts a new one.
+        log.log(
+            "error",
+            message=f"the model thread died ({type(exc).__name__}: {exc}); the model process exits "
+            f"with code {ipc.MODEL_THREAD_DIED_EXIT} to be restarted",
+            error_type=type(exc).__name__,
+        )
+        channel.send(ipc.DIED, 0, b"")
+        os._exit(ipc.MODEL_THREAD_DIED_EXIT)
+
     try:
-        invoker, info = load_invoker(config, log, on_batch, on_error)
+        invoker, info = load_invoker(config, log, on_batch, on_error, on_dead)
     except Exception as exc:
         failure = {"message": f"model load failed: {exc}", "error_type": type(exc).__name__}
         failure["traceback"] = traceback.format_exc()
@@ -235,12 +281,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpu_serve.config import ServeConfig
 
     config = ServeConfig.from_json(first[2])
+    heartbeat = Heartbeat(channel, config.heartbeat_interval_s).start()
     log = ChannelLogger(channel)
     invoker = load(channel, config, log)
     if invoker is None:
+        heartbeat.stop()
         channel.close()
         return 1
+    heartbeat.batcher = invoker.batcher
     ModelWorker(channel, invoker, config.decode_threads).serve()
+    heartbeat.stop()
     channel.close()
     return 0
 
