@@ -73,7 +73,9 @@ def test_ping_and_execution_parameters(server: ServerProcess) -> None:
     params = request(server.port, "GET", "/execution-parameters").json()
     assert params == {"MaxConcurrentTransforms": 8, "BatchStrategy": "SINGLE_RECORD", "MaxPayloadInMB": 6}
     ready = server.events("ready")[0]
-    assert ready["device"] == "cpu" and ready["handler_functions"] == ["model_fn", "predict_fn"]
+    # GPU_SERVE_DEVICE is auto here: cuda:0 where torch sees a GPU (a model process sees only its own), else cpu.
+    assert ready["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert ready["handler_functions"] == ["model_fn", "predict_fn"]
 
 
 def test_json_and_npy_requests_return_the_models_predictions(server: ServerProcess, model: torch.nn.Module) -> None:

@@ -132,7 +132,12 @@ def _maps(pid: int) -> str:
 
 @pytest.mark.slow
 def test_the_http_process_loads_no_torch_and_two_model_processes_share_the_requests(mlp_dir: Path) -> None:
-    env = {"GPU_SERVE_MODEL_PROCESSES": "2", "GPU_SERVE_MAX_BATCH_DELAY_MS": "20", "GPU_SERVE_NUM_THREADS": "1"}
+    env = {
+        "GPU_SERVE_MODEL_PROCESSES": "2",
+        "GPU_SERVE_MAX_BATCH_DELAY_MS": "20",
+        "GPU_SERVE_NUM_THREADS": "1",
+        "GPU_SERVE_DEVICE": "cpu",  # two CPU copies of the model, on a GPU host too
+    }
     srv = ServerProcess(mlp_dir, env=env).start(timeout=90)
     try:
         assert srv.proc is not None
