@@ -382,3 +382,11 @@ def test_gpuctl_invoke_prints_the_prediction(server: ServerProcess, tmp_path: Pa
     assert main(["invoke", f"127.0.0.1:{server.port}/invocations", str(bad)]) == 1
     assert "400 Bad Request" in capsys.readouterr().err
     assert main(["invoke", f"http://127.0.0.1:{server.port}", str(tmp_path / "sample.txt")]) == 2
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "1e999"])
+def test_non_finite_json_is_a_400_never_a_200_with_invalid_json(server: ServerProcess, token: str) -> None:
+    reply = invoke(server.port, f"[[{token}, 1, 2, 3]]".encode())
+    assert reply.status == 400, reply
+    message = reply.json()["message"]
+    assert "RFC 8259" in message and ("not finite" in message or token in message)
