@@ -193,7 +193,13 @@ class Check:
 
 def gpu_facts() -> dict[str, str]:
     """The machine, from torch and nvidia-smi; raises CheckError when torch sees no CUDA device."""
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        raise CheckError(
+            f"{sys.executable} cannot import torch ({exc}): run it with a Python that has a CUDA build of torch "
+            "(make gpu-check GPU_PYTHON=/path/to/python), on a GPU host"
+        ) from None
 
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built with CUDA {torch.version.cuda}"

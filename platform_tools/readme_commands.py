@@ -381,6 +381,14 @@ RULES: tuple[Rule, ...] = (
         "-p arch=resnet_tiny -p epochs=1 -p batch_size=16 --output local-output/default",
         output=("model: local-output/default/model.tar.gz",),
     ),
+    _run(_MAIN, "make gpu-wheels", output=("28 files",), timeout_s=300),
+    _run(
+        _MAIN,
+        "make gpu-check",
+        exit_codes=(2,),
+        output=("sees no NVIDIA GPU",),
+        reason="CI has no GPU: the command must stop at once with exit 2 and say so (on a GPU host it runs the check)",
+    ),
     _run(_MAIN, ".venv/bin/gpuctl doctor", output=("GPU check:",)),
     _run(
         _MAIN,
