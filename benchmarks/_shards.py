@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_train.data import DataSource, ShardLoader, StreamConfig
+from gpu_train.data import PREFETCH_DEPTH, DataSource, ShardLoader, StreamConfig
 
 
 def single_process_loader(
@@ -14,8 +14,11 @@ def single_process_loader(
     num_workers: int,
     drop_last: bool = True,
     pin_memory: bool = False,
+    jpeg_decode: str = "cpu",
+    hold: int = PREFETCH_DEPTH + 1,
 ) -> ShardLoader:
-    """A :class:`ShardLoader` of rank 0 in a world of 1 (seed 0), prefetching 4 batches per worker."""
+    """A :class:`ShardLoader` of rank 0 in a world of 1 (seed 0), prefetching 4 batches per worker; ``hold``: the
+    batches its consumer keeps using (``DevicePipeline.hold``)."""
     config = StreamConfig(
         source=source,
         batch_size=batch_size,
@@ -26,5 +29,6 @@ def single_process_loader(
         world=1,
         num_workers=num_workers,
         drop_last=drop_last,
+        jpeg_decode=jpeg_decode,
     )
-    return ShardLoader(config, pin_memory=pin_memory, prefetch_factor=4)
+    return ShardLoader(config, pin_memory=pin_memory, prefetch_factor=4, hold=hold)

@@ -85,7 +85,18 @@ def _make_jpeg(args: tuple[int, Path]) -> None:
 
 def ensure_data(samples: int, workers: int) -> tuple[Path, Path]:
     """JPEG tree and its shards in the cache (made once; reused while the sample count matches)."""
-    jpegs, shards = CACHE / f"jpeg-{samples}", CACHE / f"shards-{samples}"
+    jpegs, shards = ensure_jpegs(samples, workers), CACHE / f"shards-{samples}"
+    if not (shards / INDEX_NAME).exists():
+        print(f"packing into {shards} (gpuctl shard, {IMAGE_SIZE}x{IMAGE_SIZE}, 128 MB shards) ...", flush=True)
+        started = time.perf_counter()
+        pack.pack(jpegs, str(shards), image_size=IMAGE_SIZE, seed=0, workers=workers, progress=False, overwrite=True)
+        print(f"  {time.perf_counter() - started:.0f} s", flush=True)
+    return jpegs, shards
+
+
+def ensure_jpegs(samples: int, workers: int) -> Path:
+    """``samples`` synthetic JPEG photos in an ImageFolder tree in the cache (made once)."""
+    jpegs = CACHE / f"jpeg-{samples}"
     marker = jpegs / ".complete"
     if not marker.exists():
         print(f"generating {samples} JPEGs into {jpegs} ...", flush=True)
@@ -100,12 +111,7 @@ def ensure_data(samples: int, workers: int) -> tuple[Path, Path]:
                 pass
         marker.write_text("ok\n")
         print(f"  {time.perf_counter() - started:.0f} s", flush=True)
-    if not (shards / INDEX_NAME).exists():
-        print(f"packing into {shards} (gpuctl shard, {IMAGE_SIZE}x{IMAGE_SIZE}, 128 MB shards) ...", flush=True)
-        started = time.perf_counter()
-        pack.pack(jpegs, str(shards), image_size=IMAGE_SIZE, seed=0, workers=workers, progress=False, overwrite=True)
-        print(f"  {time.perf_counter() - started:.0f} s", flush=True)
-    return jpegs, shards
+    return jpegs
 
 
 # --------------------------------------------------------------------------------------------- loaders
