@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gpu_train.data import DevicePipeline, LoaderState, ShardLoader, StreamConfig, discover
+from gpu_train.data import DevicePipeline, EncodedBatch, LoaderState, ShardLoader, StreamConfig, discover
 from gpu_train.errors import ChannelError, DataError
 from gpu_train.hyperparameters import auto_workers
 from gpu_train.sagemaker import Channel
@@ -30,8 +32,9 @@ def _config(source_dir: Path, **overrides: object) -> StreamConfig:
     return StreamConfig(**values)  # type: ignore[arg-type]
 
 
-def _fingerprints(images: torch.Tensor) -> list[int]:
+def _fingerprints(images: torch.Tensor | EncodedBatch) -> list[int]:
     """A per-sample id: the sum of its pixels (distinct for the random test images)."""
+    assert isinstance(images, torch.Tensor)
     return [int(v) for v in images.reshape(images.shape[0], -1).sum(1)]
 
 
@@ -152,3 +155,114 @@ def test_device_pipeline_normalises_augments_and_keeps_channels_last() -> None:
     second.generator.set_state(state)
     assert torch.equal(second.transform(pixels, train=True), b)  # the state is all a resume needs
     assert torch.equal(first.transform(pixels, train=False), x)  # evaluation is never augmented
+
+
+# ------------------------------------------------------------------------------------------- batch slots
+
+
+def test_a_batch_stays_intact_while_the_consumer_holds_it(shards: Path) -> None:
+    """Workers reuse their slots; a batch is given back only once `hold` more batches were asked for."""
+    loader = ShardLoader(_config(shards, num_workers=2, batch_size=4), prefetch_factor=2, hold=3)
+    assert loader.slots is not None and loader.slots.ring == 2 + 3 + 1
+    held: list[tuple[torch.Tensor | EncodedBatch, list[int]]] = []
+    for epoch in range(2):
+        for images, _, _ in loader.epoch(epoch):
+            held.append((images, _fingerprints(images)))
+            held = held[-3:]
+            assert all(_fingerprints(kept) == seen for kept, seen in held)  # not overwritten while held
+    assert _epoch(loader, 1) == _epoch(ShardLoader(_config(shards, num_workers=2, batch_size=4)), 1)
+
+
+# ------------------------------------------------------------------------------------------- JPEG shards
+
+
+@pytest.fixture(scope="module")
+def jpeg_shards(image_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `shards` dataset (same images, seed and shard count) packed as JPEG q95."""
+    from gpu_train import pack
+
+    dest = tmp_path_factory.mktemp("jpeg") / "train"
+    pack.pack(image_folder, str(dest), image_size=32, target_bytes=64 * 1024 // 6, seed=1, progress=False,
+              encoding="jpeg", quality=95)  # fmt: skip
+    return dest
+
+
+def _labels_and_pixels(loader: ShardLoader) -> tuple[list[int], np.ndarray]:
+    labels, pixels = [], []
+    for images, batch_labels, _ in loader.epoch(0):
+        assert isinstance(images, torch.Tensor)
+        labels += batch_labels.tolist()
+        pixels.append(images.numpy().astype(np.int16))
+    return labels, np.concatenate(pixels)
+
+
+def test_jpeg_shards_decode_in_the_workers_as_the_raw_ones_read(shards: Path, jpeg_shards: Path) -> None:
+    from gpu_train.data import image_encoding, jpeg_decode_for
+
+    source = discover(Channel("train", path=jpeg_shards))
+    assert image_encoding(source.index) == "jpeg" and jpeg_decode_for(source, torch.device("cpu")) == "cpu"
+    # In pack order (no shuffle, one stream): the same images, up to JPEG's loss.
+    raw_labels, raw_pixels = _labels_and_pixels(ShardLoader(_config(shards, shuffle=False, drop_last=False)))
+    labels, pixels = _labels_and_pixels(ShardLoader(_config(jpeg_shards, shuffle=False, drop_last=False)))
+    assert labels == raw_labels
+    assert np.abs(pixels - raw_pixels).mean() < 8
+    # Shuffled, in worker processes: every sample once.
+    labels, pixels = _labels_and_pixels(ShardLoader(_config(jpeg_shards, num_workers=2, drop_last=False)))
+    assert sorted(labels) == sorted(raw_labels) and len(pixels) == len(raw_pixels)
+
+
+def test_device_decoding_hands_over_the_jpeg_bytes_of_each_batch(jpeg_shards: Path) -> None:
+    """jpeg_decode="device": workers put each batch's JPEG bytes in its slot (DevicePipeline decodes them)."""
+    from PIL import Image
+
+    expected, _ = _labels_and_pixels(ShardLoader(_config(jpeg_shards, num_workers=2)))
+    loader = ShardLoader(_config(jpeg_shards, num_workers=2, jpeg_decode="device"))
+    index = discover(Channel("t", path=jpeg_shards)).index
+    assert index is not None and loader.config.encoded_bytes == index.sample["image"]["max_bytes"]
+    labels = []
+    for images, batch_labels, _ in loader.epoch(0):
+        assert isinstance(images, EncodedBatch) and len(images) == 8
+        for part in images.parts():
+            with Image.open(io.BytesIO(part.numpy().tobytes())) as image:
+                assert image.format == "JPEG" and image.size == (32, 32)
+        labels += batch_labels.tolist()
+    assert labels == expected
+
+
+def test_missing_decoders_are_named(jpeg_shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_train.data import gpu_jpeg_problem, image_encoding
+    from gpu_train.shards import DatasetIndex
+
+    assert "not a CUDA device" in (gpu_jpeg_problem(torch.device("cpu")) or "")
+    pipeline = DevicePipeline(torch.device("cpu"), mean=(0.5,) * 3, std=(0.5,) * 3)
+    batch = EncodedBatch(torch.zeros(16, dtype=torch.uint8), torch.tensor([16]))
+    with pytest.raises(DataError, match="decoded on the device only on CUDA"):
+        list(pipeline.batches(iter([(batch, torch.tensor([0]), None)])))
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # a training image without torchvision
+    monkeypatch.setitem(sys.modules, "torchvision.io", None)
+    pipeline.device = torch.device("cuda")  # what a CUDA trainer would do with it (no CUDA call before the import)
+    with pytest.raises(DataError, match="torchvision \\(nvJPEG\\) is not installed"):
+        pipeline._decode(batch)
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(DataError, match=r"shard .*shard-\d+.tar holds JPEG images .* needs Pillow"):
+        next(iter(ShardLoader(_config(jpeg_shards)).epoch(0)))
+    index = DatasetIndex(shards=[], sample={"image": {"encoding": "webp"}})
+    with pytest.raises(DataError, match="image encoding 'webp' is not supported by this reader; supported: raw, jpeg"):
+        image_encoding(index)
+
+
+def test_device_pipeline_prefetches_and_profiles_on_the_cpu(shards: Path) -> None:
+    from gpu_train.data import PipelineTimes
+
+    loader = ShardLoader(_config(shards, num_workers=2))
+    pipeline = DevicePipeline(torch.device("cpu"), mean=(0.5,) * 3, std=(0.5,) * 3, augment="none",
+                              channels_last=False, profile=True)  # fmt: skip
+    same = ShardLoader(_config(shards, num_workers=2))
+    direct = [
+        pipeline.transform(images, train=False) for images, _, _ in same.epoch(0) if isinstance(images, torch.Tensor)
+    ]
+    got = [x for x, _, _ in pipeline.batches(loader.epoch(0), train=False)]
+    assert len(got) == len(direct) and all(torch.equal(a, b) for a, b in zip(got, direct, strict=True))
+    assert isinstance(pipeline.times, PipelineTimes) and pipeline.times.batches == len(got)
+    with pytest.raises(ValueError, match="prefetch depth -1 is not allowed"):
+        DevicePipeline(torch.device("cpu"), mean=(0.5,) * 3, std=(0.5,) * 3, depth=-1)

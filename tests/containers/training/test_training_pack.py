@@ -335,3 +335,83 @@ def test_s3_bad_source_file_leaves_an_empty_prefix(tmp_path: Path) -> None:
             s3_client=client,
         )
     assert client.list_objects_v2(Bucket="data", Prefix="sets/bad/")["KeyCount"] == 0
+
+
+# ------------------------------------------------------------------------------------------- JPEG at rest
+
+
+def _photos(root: Path, count: int = 24, classes: int = 2) -> Path:
+    """Photo-like images (smooth gradients, a few flat shapes, mild sensor noise), as JPEG sources compress them."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(3)
+    for i in range(count):
+        directory = root / f"class_{i % classes}"
+        directory.mkdir(parents=True, exist_ok=True)
+        yy, xx = np.mgrid[0:120, 0:160].astype(np.float32)
+        pixels = (
+            rng.uniform(0, 255, 3)
+            + xx[..., None] * rng.uniform(-0.6, 0.6, 3)
+            + yy[..., None] * rng.uniform(-0.6, 0.6, 3)
+        )
+        pixels += rng.normal(0, 4, pixels.shape)
+        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        draw = ImageDraw.Draw(image)
+        for _ in range(4):
+            x0, y0 = int(rng.integers(0, 120)), int(rng.integers(0, 80))
+            draw.ellipse((x0, y0, x0 + 40, y0 + 30), fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+        image.save(directory / f"{i:03d}.png")
+    return root
+
+
+def test_jpeg_encoding_stores_jpegs_and_records_them_in_the_index(image_folder: Path, tmp_path: Path) -> None:
+    raw = pack.pack(image_folder, str(tmp_path / "raw"), image_size=24, seed=2, progress=False, workers=1)
+    jpeg = pack.pack(image_folder, str(tmp_path / "jpeg"), image_size=24, seed=2, progress=False, workers=1,
+                     encoding="jpeg", quality=90)  # fmt: skip
+    spec = jpeg.sample["image"]
+    assert {k: spec[k] for k in ("ext", "encoding", "quality", "shape")} == {
+        "ext": "jpg", "encoding": "jpeg", "quality": 90, "shape": [24, 24, 3]
+    }  # fmt: skip
+    assert 0 < spec["max_bytes"] < 24 * 24 * 3 and "encoding" not in raw.sample["image"]
+    assert jpeg.num_samples == raw.num_samples
+    # Same order as the raw shards; each JPEG decodes to the raw pixels up to JPEG's loss.
+    raw_pixels, jpeg_pixels = [], []
+    for directory, info_list, ext in ((tmp_path / "raw", raw.shards, "npy"), (tmp_path / "jpeg", jpeg.shards, "jpg")):
+        for info in info_list:
+            data = (directory / info.name).read_bytes()
+            for sample in shards.parse_archive(data, info.name).samples:
+                offset, size = sample[ext]
+                if ext == "npy":
+                    raw_pixels.append(shards.npy_array(data, offset, size, info.name).astype(np.int16))
+                else:
+                    with Image.open(io.BytesIO(data[offset : offset + size])) as image:
+                        assert image.format == "JPEG" and image.size == (24, 24)
+                        jpeg_pixels.append(np.asarray(image.convert("RGB")).astype(np.int16))
+    assert len(raw_pixels) == len(jpeg_pixels)
+    error = np.mean([np.abs(a - b).mean() for a, b in zip(raw_pixels, jpeg_pixels, strict=True)])
+    assert error < 12  # noisy test images at q90 (photo-like images: far less)
+
+
+def test_jpeg_shards_take_5x_fewer_bytes_than_raw_on_photo_like_images(tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "photos")
+    raw = pack.pack(photos, str(tmp_path / "raw"), image_size=96, progress=False, workers=1)
+    jpeg = pack.pack(photos, str(tmp_path / "jpeg"), image_size=96, progress=False, workers=1, encoding="jpeg")
+    assert raw.total_bytes / jpeg.total_bytes >= 5, (raw.total_bytes, jpeg.total_bytes)
+
+
+def test_bad_encoding_options_are_named(image_folder: Path, tmp_path: Path) -> None:
+    with pytest.raises(pack.PackError, match="encoding='png' is not allowed; allowed: raw, jpeg"):
+        pack.pack(image_folder, str(tmp_path / "a"), encoding="png", progress=False)
+    with pytest.raises(pack.PackError, match="needs mode='image'"):
+        pack.pack(image_folder, str(tmp_path / "b"), mode="raw", encoding="jpeg", progress=False)
+    with pytest.raises(pack.PackError, match="JPEG quality 100 is not allowed; allowed: 1 to 95"):
+        pack.pack(image_folder, str(tmp_path / "c"), encoding="jpeg", quality=100, progress=False)
+
+
+def test_gpuctl_shard_format_jpeg(image_folder: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    code = gpuctl(["shard", str(image_folder), str(dest), "--image-size", "16", "--format", "jpeg", "--quality", "80",
+                   "--quiet", "--workers", "1"])  # fmt: skip
+    assert code == 0
+    spec = json.loads((dest / shards.INDEX_NAME).read_text())["sample"]["image"]
+    assert spec["encoding"] == "jpeg" and spec["quality"] == 80
