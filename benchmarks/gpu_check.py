@@ -383,8 +383,8 @@ def check_main(args: argparse.Namespace, argv: list[str] | None) -> int:
             py = sys.executable
             write = ["--no-write"] if args.no_write else []
             report = ["--no-report"] if args.no_write else []
-            run_benchmark(check, "training_gpu", [py, "-m", "benchmarks.training_gpu", "--device", "cuda", *report],
-                          env, 150)  # fmt: skip
+            run_benchmark(check, "training_gpu", [py, "-m", "benchmarks.training_gpu", "--device", "cuda", "--profile",
+                          *report], env, 160)  # fmt: skip
             run_benchmark(check, "serve_gpu", [py, "-m", "benchmarks.serve_gpu", "--summary",
                           str(WORK / "serve_gpu.json"), *write], env, 130)  # fmt: skip
             run_benchmark(check, "inference_batching", [py, "-m", "benchmarks.inference_batching", "--device", "cuda",
