@@ -42,15 +42,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parent.parent
-try:  # a GPU host without the project's virtual environment: the training runtime from the source tree
-    import gpu_train  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT / "containers" / "training"))
-
-from benchmarks._report import write_section  # noqa: E402
-from benchmarks._shards import single_process_loader  # noqa: E402
-from gpu_train.data import (  # noqa: E402
+from benchmarks._report import write_section
+from benchmarks._shards import single_process_loader
+from gpu_train.data import (
     PREFETCH_DEPTH,
     DataSource,
     DevicePipeline,
@@ -60,9 +54,11 @@ from gpu_train.data import (  # noqa: E402
     discover,
     gpu_jpeg_problem,
 )
-from gpu_train.models import build_model, default_stem  # noqa: E402
-from gpu_train.sagemaker import Channel  # noqa: E402
-from gpu_train.train_loop import resolve_amp  # noqa: E402
+from gpu_train.models import build_model, default_stem
+from gpu_train.sagemaker import Channel
+from gpu_train.train_loop import resolve_amp
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CACHE = ROOT / ".bench" / "training_gpu"
 DEFAULT_SAMPLES, CPU_SAMPLES = 20_000, 1_000

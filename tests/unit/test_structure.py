@@ -52,6 +52,8 @@ _SKIP_DIRS = {
     ".mypy_cache",
     ".ruff_cache",
     ".bench",
+    ".gpu-check",
+    ".gpu-wheels",
     "build",
     "dist",
 }
