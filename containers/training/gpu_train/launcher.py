@@ -25,7 +25,13 @@ images), for a job whose ``ContainerEntrypoint`` is overridden::
    (``torchrun``) or never (``single``: one plain process per host). TensorFlow runs one process per host, with
    ``TF_CONFIG`` for ``MultiWorkerMirroredStrategy`` on several hosts and ``TF_FORCE_GPU_ALLOW_GROWTH=true``.
    Each process is ``python -m gpu_train.script_runner SCRIPT ARGS...``, which records the script's failure.
-5. **Exit status**: ``0`` done; ``143`` stopped by SIGTERM/SIGINT (forwarded to the script, which has
+   The launcher's settings (:data:`LAUNCHER_SETTINGS`: ``processes_per_host``, ``num_workers``, ``expect_gpu``)
+   come from the job's hyperparameter of that name when it has one, else from ``GPU_TRAIN_<NAME>`` of the job's
+   environment (where the platform puts them for your own code), else their defaults.
+5. **The script's view**: exactly the job's hyperparameters (less the SDK's ``sagemaker_*``), as the SageMaker
+   training toolkit gives them: JSON-decoded, ``--name value`` sorted by name, ``SM_HPS``, ``SM_HP_<NAME>``,
+   ``SM_USER_ARGS`` and the toolkit's other ``SM_*`` variables (:func:`script_environment`).
+6. **Exit status**: ``0`` done; ``143`` stopped by SIGTERM/SIGINT (forwarded to the script, which has
    :data:`STOP_GRACE_S` seconds to checkpoint); ``1`` failed, with the cause in ``<root>/output/failure``. Every
    start-up problem (no code, a bad entry point, requirements, framework, GPUs) ends there too.
 
@@ -82,13 +88,22 @@ FRAMEWORKS = ("auto", "pytorch", "tensorflow")
 DISTRIBUTIONS = ("auto", "torchrun", "single")
 CODE_CHANNEL = "code"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
-# Hyperparameters the launcher consumes: they size the processes and are not passed to the script.
-LAUNCHER_HYPERPARAMETERS = ("processes_per_host", "num_workers")
+# The launcher's own settings: each is read from the job's hyperparameter of that name when the job names one
+# (the built-in trainer's hyperparameters always do), else from the variable of the job's Environment (where the
+# platform puts them for your own code, so a script gets exactly the hyperparameters its user gave), else the
+# default of gpu_train.hyperparameters. Reading one never removes it from what the script sees.
+PROCESSES_PER_HOST_ENV = "GPU_TRAIN_PROCESSES_PER_HOST"
+NUM_WORKERS_ENV = "GPU_TRAIN_NUM_WORKERS"
+EXPECT_GPU_ENV = "GPU_TRAIN_EXPECT_GPU"
+LAUNCHER_SETTINGS = {
+    "processes_per_host": PROCESSES_PER_HOST_ENV,
+    "num_workers": NUM_WORKERS_ENV,
+    "expect_gpu": EXPECT_GPU_ENV,
+}
 PIP_TIMEOUT_S = 900
 # The port of each TensorFlow worker in TF_CONFIG (any free port works; every host uses the same one).
 TF_WORKER_PORT = 2222
 CHECKPOINT_DIR_ENV = "GPU_TRAIN_CHECKPOINT_DIR"
-NUM_WORKERS_ENV = "GPU_TRAIN_NUM_WORKERS"
 NO_PACKAGE_INDEX = (
     "requirements.txt lists packages, but this job has no route to a package index (a private VPC without NAT, "
     "or network isolation) and the code has no wheels/ folder; allowed: vendor them with `gpuctl vendor <source "
@@ -528,19 +543,23 @@ class Plan:
     num_workers: int
 
 
-def _setting(raw: Mapping[str, str], name: str) -> Any:
-    """A hyperparameter the launcher reads, parsed and checked like ``train`` does (default when absent)."""
+def setting(raw: Mapping[str, str], environ: Mapping[str, str], name: str) -> Any:
+    """One of :data:`LAUNCHER_SETTINGS`, parsed and checked like ``train`` does: the job's hyperparameter
+    ``name`` when it has one, else the job's environment variable, else the default."""
     spec = hyperparameters.HYPERPARAMETERS[name]
-    text = raw.get(name)
-    return spec.default if text is None else hyperparameters.parse_value(name, text, spec)
+    variable = LAUNCHER_SETTINGS[name]
+    if name in raw:
+        return hyperparameters.parse_value(name, raw[name], spec)
+    text = environ.get(variable, "").strip()
+    return spec.default if not text else hyperparameters.parse_value(f"{name} (environment {variable})", text, spec)
 
 
 def plan(env: sagemaker.SageMakerEnv, environ: Mapping[str, str], *, framework: str, distribution: str) -> Plan:
     """Run the GPU check of ``framework`` and size the processes (``processes_per_host``, else one per GPU)."""
     raw = env.hyperparameters
-    per_host = int(_setting(raw, "processes_per_host"))
-    workers = int(_setting(raw, "num_workers"))
-    check = {"setting": _setting(raw, "expect_gpu"), "instance_type": env.resource.current_instance_type}
+    per_host = int(setting(raw, environ, "processes_per_host"))
+    workers = int(setting(raw, environ, "num_workers"))
+    check = {"setting": setting(raw, environ, "expect_gpu"), "instance_type": env.resource.current_instance_type}
     if distribution not in DISTRIBUTIONS:
         raise ConfigError(f"--distribution {distribution!r} is not allowed; allowed: {', '.join(DISTRIBUTIONS)}")
     if framework == "tensorflow":
@@ -590,19 +609,44 @@ def env_name(name: str) -> str:
     return name.upper().replace("-", "_").replace(".", "_")
 
 
-def script_hyperparameters(raw: Mapping[str, str]) -> dict[str, str]:
-    """The job's hyperparameters as the script sees them (``SM_HPS``): without the SDK's ``sagemaker_*``
-    names, one level of the SDK's JSON string quoting removed."""
-    return {k: hyperparameters.unquote(v) for k, v in raw.items() if not k.startswith(hyperparameters.IGNORED_PREFIXES)}
+def decode_hyperparameter(raw: str) -> Any:
+    """A value of ``hyperparameters.json`` as the SageMaker training toolkit gives it to a script: JSON-decoded
+    (``"0.01"`` -> 0.01, ``"\\"adamw\\""`` -> ``"adamw"``, ``"true"`` -> True), else the text itself
+    (sagemaker_training/environment.py, ``read_hyperparameters``)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        return raw
+
+
+def script_hyperparameters(raw: Mapping[str, str]) -> dict[str, Any]:
+    """The job's hyperparameters as the script sees them (``SM_HPS``): every one the job has, JSON-decoded,
+    without the SageMaker SDK's ``sagemaker_*`` names (the toolkit's ``Environment.hyperparameters``)."""
+    return {k: decode_hyperparameter(v) for k, v in raw.items() if not k.startswith(hyperparameters.IGNORED_PREFIXES)}
+
+
+def _argument_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+    return "" if value is None else str(value)
 
 
 def script_arguments(raw: Mapping[str, str]) -> list[str]:
-    """``--name value`` for every hyperparameter except the launcher's own, in the order of the file."""
+    """``--name value`` (``-n value`` for a one-letter name) for every hyperparameter of
+    :func:`script_hyperparameters`, sorted by name, each value as ``str()`` of its decoded form: the toolkit's
+    ``mapping.to_cmd_args`` (so ``"0.01"`` arrives as ``0.01`` and ``"true"`` as ``True``)."""
     args: list[str] = []
-    for name, value in script_hyperparameters(raw).items():
-        if name not in LAUNCHER_HYPERPARAMETERS:
-            args += [f"--{name}", value]
+    for name, value in sorted(script_hyperparameters(raw).items()):
+        args += [f"--{name}" if len(name) > 1 else f"-{name}", _argument_value(value)]
     return args
+
+
+def environment_value(value: Any) -> str:
+    """A decoded hyperparameter in ``SM_HP_<NAME>`` (strings as they are, anything else compact JSON) or the
+    whole ``SM_HPS`` object: the toolkit's ``mapping.to_env_vars``."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def gpu_train_dirs() -> list[str]:
@@ -627,8 +671,8 @@ def script_environment(
         "SM_MODEL_DIR": str(env.model_dir),
         "SM_CHANNELS": json.dumps(sorted(env.channels)),
         **{f"SM_CHANNEL_{env_name(name)}": str(channel.path) for name, channel in env.channels.items()},
-        "SM_HPS": json.dumps(hps),
-        **{f"SM_HP_{env_name(name)}": value for name, value in hps.items()},
+        "SM_HPS": environment_value(hps),
+        **{f"SM_HP_{env_name(name)}": environment_value(value) for name, value in hps.items()},
         "SM_HOSTS": json.dumps(list(env.resource.hosts)),
         "SM_CURRENT_HOST": env.resource.current_host,
         "SM_NUM_GPUS": str(job.num_gpus),
@@ -638,9 +682,8 @@ def script_environment(
         "SM_INPUT_DIR": str(paths.root / "input"),
         "SM_INPUT_CONFIG_DIR": str(paths.config_dir),
         "SM_USER_ENTRY_POINT": entry,
-        "SM_USER_ARGS": json.dumps(list(args)),
+        "SM_USER_ARGS": environment_value(list(args)),
         CHECKPOINT_DIR_ENV: str(paths.checkpoint_dir),
-        NUM_WORKERS_ENV: str(job.num_workers),
         "PYTHONUNBUFFERED": "1",
     }
     if env.resource.current_instance_type:
@@ -650,6 +693,7 @@ def script_environment(
     child = dict(base)
     for name, value in values.items():
         child.setdefault(name, value)
+    child[NUM_WORKERS_ENV] = str(job.num_workers)  # the job's own value was read by plan(): the resolved count
     python_path = [str(code_dir), *gpu_train_dirs(), *base.get("PYTHONPATH", "").split(os.pathsep)]
     child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in python_path if p))
     return child

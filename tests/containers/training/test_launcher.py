@@ -181,13 +181,13 @@ def _pure_wheel(directory: Path, name: str, version: str, files: dict[str, str])
 # ------------------------------------------------------------------------------------- the script's view
 
 HP = {
-    "lr": "0.5",
     "optimizer": '"adamw"',  # the SageMaker SDK JSON-encodes string values
-    "processes_per_host": "1",
-    "num_workers": "3",
+    "lr": "0.5",
     "sagemaker_program": '"train.py"',
     "sagemaker_submit_directory": '"s3://bucket/code/sourcedir.tar.gz"',
 }
+#: The launcher's settings, where the platform puts them for your own code: the request's Environment.
+LAUNCHER_ENV = {"GPU_TRAIN_PROCESSES_PER_HOST": "1", "GPU_TRAIN_NUM_WORKERS": "3"}
 
 
 def _pack_code(job: Job, layout: str) -> Path:
@@ -221,15 +221,18 @@ def test_script_gets_hyperparameters_as_arguments_and_the_sagemaker_environment(
     job.configure(HP, channels=("code", "train-data.v2"), instance_type="ml.m5.xlarge")
     code_dir = _pack_code(job, layout)
     # The job's Environment wins over the launcher's defaults.
-    code, output = job.run("--entry-point", "train.py", SM_USER_ARGS='["set by the job"]', CUDA_VISIBLE_DEVICES="")
+    code, output = job.run(
+        "--entry-point", "train.py", SM_USER_ARGS='["set by the job"]', CUDA_VISIBLE_DEVICES="", **LAUNCHER_ENV
+    )  # fmt: skip
     assert code == 0, output
     seen, root = job.seen(), job.root
-    args = ["--lr", "0.5", "--optimizer", "adamw"]  # in the file's order, launcher's and SDK's names left out
+    args = ["--lr", "0.5", "--optimizer", "adamw"]  # sorted by name (the toolkit's order), the SDK's names left out
     assert seen["argv"] == args and seen["lr"] == 0.5 and seen["optimizer"] == "adamw" and seen["helper"] == 42
     assert seen["name"] == "__main__" and seen["cwd"] == str(code_dir) and seen["path0"] == str(code_dir)
     assert seen["env"] == {
         "GPU_TRAIN_CHECKPOINT_DIR": str(root / "checkpoints"),
         "GPU_TRAIN_NUM_WORKERS": "3",
+        "GPU_TRAIN_PROCESSES_PER_HOST": "1",
         "GPU_TRAIN_ROOT": str(root),
         "PYTHONPATH": _python_path(code_dir, TRAINING_DIR, *os.environ.get("PYTHONPATH", "").split(os.pathsep)),
         "PYTHONUNBUFFERED": "1",
@@ -239,11 +242,9 @@ def test_script_gets_hyperparameters_as_arguments_and_the_sagemaker_environment(
         "SM_CURRENT_HOST": "algo-1",
         "SM_CURRENT_INSTANCE_TYPE": "ml.m5.xlarge",
         "SM_HOSTS": '["algo-1"]',
-        "SM_HPS": '{"lr": "0.5", "optimizer": "adamw", "processes_per_host": "1", "num_workers": "3"}',
+        "SM_HPS": '{"lr":0.5,"optimizer":"adamw"}',
         "SM_HP_LR": "0.5",
-        "SM_HP_NUM_WORKERS": "3",
         "SM_HP_OPTIMIZER": "adamw",
-        "SM_HP_PROCESSES_PER_HOST": "1",
         "SM_INPUT_CONFIG_DIR": str(root / "input" / "config"),
         "SM_INPUT_DIR": str(root / "input"),
         "SM_MODEL_DIR": str(root / "model"),
@@ -259,10 +260,55 @@ def test_script_gets_hyperparameters_as_arguments_and_the_sagemaker_environment(
     assert f"-m gpu_train.script_runner {code_dir / 'train.py'} --lr 0.5 --optimizer adamw" in output
 
 
-def test_script_arguments_skip_the_launchers_and_the_sdks_names_in_file_order() -> None:
+def test_script_arguments_are_every_hyperparameter_but_the_sdks_sorted_and_decoded() -> None:
     raw = {"b": "1", "processes_per_host": "2", "a": '"x y"', "num_workers": "0", "sagemaker_region": '"r"'}
-    assert launcher.script_arguments(raw) == ["--b", "1", "--a", "x y"]
-    assert launcher.script_hyperparameters(raw) == {"b": "1", "processes_per_host": "2", "a": "x y", "num_workers": "0"}
+    assert launcher.script_arguments(raw) == ["-a", "x y", "-b", "1", "--num_workers", "0", "--processes_per_host", "2"]
+    assert launcher.script_hyperparameters(raw) == {"b": 1, "processes_per_host": 2, "a": "x y", "num_workers": 0}
+
+
+def test_a_script_with_only_its_own_options_gets_exactly_its_hyperparameters(job: Job) -> None:
+    """``argparse`` with ``parse_args()`` (not ``parse_known_args``) exits 2 on any name it does not declare:
+    the launcher's settings in the job's Environment never reach the script's arguments or SM_HPS."""
+    script = (
+        "import argparse, json, os, sys\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--lr', type=float, required=True)\n"
+        "args = parser.parse_args()\n"
+        "seen = {'argv': sys.argv[1:], 'lr': args.lr, 'hps': os.environ['SM_HPS'],"
+        " 'user_args': os.environ['SM_USER_ARGS'], 'workers': os.environ['GPU_TRAIN_NUM_WORKERS']}\n"
+        "open(os.path.join(os.environ['SM_MODEL_DIR'], 'seen.json'), 'w').write(json.dumps(seen))\n"
+    )
+    job.configure({"lr": "0.01"}).script(script)
+    code, output = job.run("--entry-point", "train.py", CUDA_VISIBLE_DEVICES="", **LAUNCHER_ENV)
+    assert code == 0, output
+    assert job.seen() == {
+        "argv": ["--lr", "0.01"], "lr": 0.01, "hps": '{"lr":0.01}', "user_args": '["--lr","0.01"]', "workers": "3"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("hp", "environ", "expected"),
+    [
+        ({}, {}, (0, -1, "auto")),  # the defaults
+        (
+            {},
+            {"GPU_TRAIN_PROCESSES_PER_HOST": "2", "GPU_TRAIN_NUM_WORKERS": "3", "GPU_TRAIN_EXPECT_GPU": "false"},
+            (2, 3, "false"),
+        ),
+        ({"processes_per_host": "1", "num_workers": '"0"'}, {"GPU_TRAIN_PROCESSES_PER_HOST": "2"}, (1, 0, "auto")),
+    ],
+    ids=["defaults", "environment", "a-named-hyperparameter-wins"],
+)
+def test_launcher_settings_come_from_the_hyperparameter_else_the_environment(
+    hp: dict[str, str], environ: dict[str, str], expected: tuple[int, int, str]
+) -> None:
+    names = ("processes_per_host", "num_workers", "expect_gpu")
+    assert tuple(launcher.setting(hp, environ, name) for name in names) == expected
+
+
+def test_a_bad_launcher_setting_in_the_environment_names_the_variable() -> None:
+    with pytest.raises(ValueError, match=r"processes_per_host \(environment GPU_TRAIN_PROCESSES_PER_HOST\)='x'"):
+        launcher.setting({}, {"GPU_TRAIN_PROCESSES_PER_HOST": "x"}, "processes_per_host")
 
 
 def test_torchrun_command_uses_master_addr_over_the_first_host() -> None:
@@ -361,7 +407,7 @@ def test_default_code_is_the_built_in_trainer(make_root: Callable[..., Any]) -> 
     job = Job(root.root)
     rc, output = job.run("--entry-point", "train.py")
     assert rc == 0, output
-    assert "as 1 processes on 1 hosts" in output and "--epochs 1 --batch_size 32" in output
+    assert "as 1 processes on 1 hosts" in output and "--arch resnet_tiny --batch_size 32" in output
     assert "epoch 0: 6 steps trained 192 of 192 samples of channel 'train'" in output
     assert sorted(p.name for p in root.model_dir.iterdir()) == ["code", "model.pt", "model_config.json"]
 
@@ -386,8 +432,8 @@ dist.destroy_process_group()
 
 @pytest.mark.slow
 def test_torchrun_runs_one_script_process_per_rank(job: Job) -> None:
-    job.configure({"processes_per_host": "2", "epochs": "3"}).script(RANK_SCRIPT)
-    code, output = job.run("--entry-point", "train.py")
+    job.configure({"epochs": "3"}).script(RANK_SCRIPT)
+    code, output = job.run("--entry-point", "train.py", GPU_TRAIN_PROCESSES_PER_HOST="2")
     assert code == 0, output
     assert "--nproc_per_node=2 --standalone -m gpu_train.script_runner" in output
     ranks = {p.name: json.loads(p.read_text()) for p in (job.root / "model").glob("rank-*.json")}
@@ -847,6 +893,53 @@ def test_a_plain_process_gets_no_efa_settings(tmp_path: Path, monkeypatch: pytes
     )  # fmt: skip
     assert "torch.distributed.run" not in cmd
     assert not set(EFA_VARIABLES) & set(child_env)
+
+
+# What the toolkit gives a script for a hyperparameters.json (``Environment`` reads the tree of SAGEMAKER_BASE_DIR
+# when the module is imported, so in a process of its own): its arguments and SM_HPS, SM_HP_*, SM_USER_ARGS.
+TOOLKIT_SCRIPT_VIEW = """
+import json, sys
+from sagemaker_training import environment
+env = environment.Environment()
+names = [k for k in env.to_env_vars() if k.startswith("SM_HP") or k == "SM_USER_ARGS"]
+view = {"args": env.to_cmd_args(), "vars": {k: env.to_env_vars()[k] for k in names}}
+with open(sys.argv[1], "w") as out:
+    json.dump(view, out)
+"""
+
+#: Values as the SageMaker SDK and gpuctl write them: numbers, JSON strings, booleans, lists, objects, plain text.
+PARITY_HP = {
+    "lr": "0.01", "epochs": "10", "decay": "1e-3", "name": '"adamw"', "plain": "some text", "padded": "01",
+    "flag": "true", "off": "false", "sizes": "[1, 2]", "extra": '{"b": 2, "a": "x"}', "none": "null", "k": "3",
+    "sagemaker_program": '"train.py"', "sagemaker_submit_directory": '"s3://bucket/code/sourcedir.tar.gz"',
+}  # fmt: skip
+
+
+def test_the_scripts_arguments_and_hyperparameter_variables_are_the_toolkits(
+    job: Job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same ``hyperparameters.json`` through the toolkit (sagemaker-training, the stock DLC's script mode) and
+    through the launcher: the same arguments in the same order, and the same SM_HPS, SM_HP_<NAME>, SM_USER_ARGS."""
+    job.configure(PARITY_HP, instance_type="ml.m5.xlarge").script("print('never started')\n")
+    out = tmp_path / "toolkit.json"
+    environ = {"SAGEMAKER_BASE_DIR": str(job.root), "PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "x"}
+    done = subprocess.run(
+        [sys.executable, "-c", TOOLKIT_SCRIPT_VIEW, str(out)], capture_output=True, text=True, timeout=120, env=environ
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    toolkit = json.loads(out.read_text())
+    cmd, child_env = _started_env(
+        monkeypatch,
+        launcher,
+        lambda: launcher.launch("train.py", distribution="single", framework="pytorch",
+                                environ={**job.env, **LAUNCHER_ENV, "CUDA_VISIBLE_DEVICES": ""},
+                                install_signals=False),
+    )  # fmt: skip
+    assert cmd[cmd.index(str(job.code / "train.py")) + 1 :] == toolkit["args"]
+    ours = {k: v for k, v in child_env.items() if k.startswith("SM_HP") or k == "SM_USER_ARGS"}
+    assert ours == toolkit["vars"]
+    assert toolkit["args"][:6] == ["--decay", "0.001", "--epochs", "10", "--extra", "a=x,b=2"]  # what it means
+    assert json.loads(ours["SM_HPS"])["lr"] == 0.01 and ours["SM_HP_FLAG"] == "true" and "-k" in toolkit["args"]
 
 
 def test_efa_instance_lists_are_the_toolkits() -> None:
