@@ -68,7 +68,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import gpu_train
 from gpu_train import gpu_check, hyperparameters, sagemaker
 from gpu_train.errors import ChannelError, ConfigError
-from gpu_train.failure import format_failure, startup_failed, truncate, write_failure
+from gpu_train.failure import (
+    cause,
+    format_failure,
+    prepare_rank_dir,
+    startup_failed,
+    take_records,
+    truncate,
+    write_failure,
+)
 from gpu_train.process import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, StopFlag, StopRequested, setup_logging
 
 if TYPE_CHECKING:
@@ -120,11 +128,13 @@ def torchrun_command(
     *,
     master_port: int = DEFAULT_MASTER_PORT,
     master_addr: str | None = None,
-    target: Sequence[str] = ("-m", "gpu_train.worker"),
+    target: Sequence[str] = ("-m", "gpu_train.script_runner", "-m", "gpu_train.worker"),
 ) -> list[str]:
     """The torchrun command for this host: all hosts of the resource config, ``nproc`` processes each, each
-    running ``target`` (``-m module args...``). ``master_addr`` replaces the resource config's first host as the
-    rendezvous address (``MASTER_ADDR``; e.g. 127.0.0.1 when two "hosts" share a machine).
+    running ``target`` (``-m module args...``; by default the built-in trainer's process, watched by
+    :mod:`gpu_train.script_runner` so that a rank killed outright is recorded). ``master_addr`` replaces the
+    resource config's first host as the rendezvous address (``MASTER_ADDR``; e.g. 127.0.0.1 when two "hosts"
+    share a machine).
 
     Static rendezvous as in PyTorch's torchrun documentation ("Stacked single-node multi-worker" uses
     ``--standalone``; several nodes use ``--nnodes``, ``--node_rank``, ``--master_addr``, ``--master_port``):
@@ -146,7 +156,9 @@ def torchrun_command(
 def distributed_env(child_env: dict[str, str], resource: sagemaker.ResourceConfig) -> None:
     """What every PyTorch launch adds (unless the job's environment sets it): torchrun waits
     :data:`STOP_GRACE_S` for its processes after SIGTERM (its default is 30 s), and NCCL and gloo use the
-    resource config's network interface."""
+    resource config's network interface. Also an empty rank-record directory (:func:`failure.prepare_rank_dir`),
+    from which :func:`exit_status` names the first process that failed."""
+    prepare_rank_dir(sagemaker.Paths.from_env(child_env).failure_file, child_env)
     child_env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(STOP_GRACE_S))
     if resource.network_interface_name:
         child_env.setdefault("NCCL_SOCKET_IFNAME", resource.network_interface_name)
@@ -210,16 +222,24 @@ def torchrun_env(child_env: dict[str, str], instance_type: str | None) -> dict[s
 
 
 def run_forwarding_signals(cmd: list[str], env: dict[str, str], *, cwd: Path | None = None) -> tuple[int, bool]:
-    """Run ``cmd`` (torchrun or one script process), forwarding SIGTERM/SIGINT to it; returns (exit code,
-    whether a stop was forwarded). A process that has not stopped :data:`STOP_GRACE_S` + 5 s after the signal
-    is killed, before SageMaker's 120 s are over."""
-    process = subprocess.Popen(cmd, env=env, cwd=cwd)
+    """Run ``cmd`` (torchrun or one script process) in a process group of its own, forwarding SIGTERM/SIGINT to
+    that group (as torchrun signals each of its processes' groups: a script and the runner that watches it both
+    get it); returns (exit code, whether a stop was forwarded). Processes that have not stopped
+    :data:`STOP_GRACE_S` + 5 s after the signal are killed, before SageMaker's 120 s are over."""
+    process = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)
     stopped: dict[str, float] = {}
+
+    def signal_group(signum: int) -> None:
+        try:
+            os.killpg(process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            if process.poll() is None:
+                process.send_signal(signum)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         stopped.setdefault("at", time.monotonic())
         if process.poll() is None:
-            process.send_signal(signum)
+            signal_group(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -229,7 +249,7 @@ def run_forwarding_signals(cmd: list[str], env: dict[str, str], *, cwd: Path | N
             except subprocess.TimeoutExpired:
                 if "at" in stopped and time.monotonic() - stopped["at"] > STOP_GRACE_S + 5:
                     log.error("training processes did not stop %d s after SIGTERM: killing them", STOP_GRACE_S)
-                    process.kill()
+                    signal_group(signal.SIGKILL)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -266,16 +286,25 @@ def exit_status(
     what: str,
 ) -> int:
     """The launcher's exit status once ``what`` (torchrun, or the script) exited with ``code``: 0 done, 143
-    stopped, 1 failed with a failure file (the processes' own, a demultiplexer's, or a fallback naming ``what``)."""
+    stopped, 1 failed with a failure file (a demultiplexer's error, the first rank that failed according to the
+    rank records of :mod:`gpu_train.script_runner`, or a fallback naming ``what``). After a stop, only a rank
+    that failed before it was asked to stop makes the job fail."""
+    records = take_records(paths.failure_file)
     for demux in demuxes:
         demux.stop.set()
         if demux.error is not None and code != 0:
             write_failure(paths.failure_file, format_failure(demux.error))
     if code == 0:
         return EXIT_OK
+    stopping = code == EXIT_STOPPED or forwarded or stop.requested
+    if records and not (stopping and all(r.stopped or r.exitcode == 0 for r in records)):
+        text = cause(records)
+        if text is not None:
+            log.error("%s", text)
+            write_failure(paths.failure_file, text)
     if paths.failure_file.exists():
         return EXIT_FAILED
-    if code == EXIT_STOPPED or forwarded or stop.requested:
+    if stopping:
         return EXIT_STOPPED
     if code < 0:
         try:
@@ -541,6 +570,7 @@ class Plan:
     torchrun: bool
     num_gpus: int
     num_workers: int
+    style: str = "plain"  # how the script starts its processes (script_style), for --distribution auto
 
 
 def setting(raw: Mapping[str, str], environ: Mapping[str, str], name: str) -> Any:
@@ -554,14 +584,52 @@ def setting(raw: Mapping[str, str], environ: Mapping[str, str], name: str) -> An
     return spec.default if not text else hyperparameters.parse_value(f"{name} (environment {variable})", text, spec)
 
 
-def plan(env: sagemaker.SageMakerEnv, environ: Mapping[str, str], *, framework: str, distribution: str) -> Plan:
-    """Run the GPU check of ``framework`` and size the processes (``processes_per_host``, else one per GPU)."""
+# How a PyTorch script starts its processes (script_style), which --distribution auto follows.
+STYLE_TORCHRUN = "torchrun"  # reads LOCAL_RANK: torchrun starts it, one process per GPU
+STYLE_OWN = "own"  # SageMaker's PyTorch examples: reads SM_HOSTS/SM_CURRENT_HOST or calls spawn(): once per host
+STYLE_PLAIN = "plain"
+_SPAWN = re.compile(r"\bspawn\s*\(")
+_LOCAL_RANK = re.compile(r"\bLOCAL_RANK\b")
+_SM_HOSTS = re.compile(r"\bSM_(HOSTS|CURRENT_HOST)\b")
+
+
+def script_style(script: Path | None) -> str:
+    """How the script starts its processes, told by its source: :data:`STYLE_OWN` when it starts them itself
+    (``torch.multiprocessing.spawn(...)``, or one process per host that reads ``SM_HOSTS``/``SM_CURRENT_HOST`` for
+    its rank, as SageMaker's PyTorch examples do), else :data:`STYLE_TORCHRUN` when it reads ``LOCAL_RANK`` (a
+    process started by torchrun), else :data:`STYLE_PLAIN`."""
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace") if script is not None else ""
+    except OSError:
+        return STYLE_PLAIN
+    if _SPAWN.search(text):
+        return STYLE_OWN
+    if _LOCAL_RANK.search(text):
+        return STYLE_TORCHRUN
+    return STYLE_OWN if _SM_HOSTS.search(text) else STYLE_PLAIN
+
+
+def plan(
+    env: sagemaker.SageMakerEnv,
+    environ: Mapping[str, str],
+    *,
+    framework: str,
+    distribution: str,
+    script: Path | None = None,
+) -> Plan:
+    """Run the GPU check of ``framework`` and size the processes (``processes_per_host``, else one per GPU).
+
+    PyTorch with ``--distribution auto`` follows the script's style (:func:`script_style`): a script that starts
+    its own processes runs once per host (the toolkit's ``pytorch`` script mode without ``torch_distributed``)
+    unless ``processes_per_host`` is set; a script that reads ``LOCAL_RANK`` always runs under torchrun; any other
+    under torchrun when the job has more than one process in total."""
     raw = env.hyperparameters
     per_host = int(setting(raw, environ, "processes_per_host"))
     workers = int(setting(raw, environ, "num_workers"))
     check = {"setting": setting(raw, environ, "expect_gpu"), "instance_type": env.resource.current_instance_type}
     if distribution not in DISTRIBUTIONS:
         raise ConfigError(f"--distribution {distribution!r} is not allowed; allowed: {', '.join(DISTRIBUTIONS)}")
+    style = STYLE_PLAIN
     if framework == "tensorflow":
         if distribution == "torchrun":
             raise ConfigError(
@@ -578,6 +646,7 @@ def plan(env: sagemaker.SageMakerEnv, environ: Mapping[str, str], *, framework: 
     else:
         facts = gpu_check.startup_check(environ=environ, **check)
         gpus = facts.device_count
+        style = script_style(script)
         if distribution == "single":
             if per_host > 1:
                 raise ConfigError(
@@ -585,9 +654,12 @@ def plan(env: sagemaker.SageMakerEnv, environ: Mapping[str, str], *, framework: 
                     "plain process per host); allowed: 0 or 1, or --distribution auto or torchrun"
                 )
             nproc, torchrun = 1, False
+        elif distribution == "auto" and style == STYLE_OWN and not per_host:
+            nproc, torchrun = 1, False
         else:
             nproc = per_host or max(1, gpus)
-            torchrun = distribution == "torchrun" or nproc * env.resource.num_hosts > 1
+            auto_torchrun = style == STYLE_TORCHRUN or nproc * env.resource.num_hosts > 1
+            torchrun = distribution == "torchrun" or auto_torchrun
             if 0 < gpus < nproc:
                 # Allowed (a script may share GPUs over gloo), but NCCL refuses two processes on one GPU.
                 log.warning(
@@ -598,7 +670,7 @@ def plan(env: sagemaker.SageMakerEnv, environ: Mapping[str, str], *, framework: 
                     nproc, gpus, gpu_check.device_names(facts), gpus, gpus,
                 )  # fmt: skip
     num_workers = workers if workers >= 0 else hyperparameters.auto_workers(env.num_cpus, nproc)
-    return Plan(framework, nproc, torchrun, gpus, num_workers)
+    return Plan(framework, nproc, torchrun, gpus, num_workers, style)
 
 
 # ------------------------------------------------------------------------------------- the script's view
@@ -740,7 +812,7 @@ def launch(
         pip = requirements_command(code_dir, package_index=package_index)
         if pip is not None:
             run_pip(pip, cwd=code_dir, env=env_vars, stop=stop)
-        job = plan(env, env_vars, framework=detect_framework(framework), distribution=distribution)
+        job = plan(env, env_vars, framework=detect_framework(framework), distribution=distribution, script=script)
         for directory in (env.model_dir, env.output_data_dir, paths.checkpoint_dir):
             directory.mkdir(parents=True, exist_ok=True)
     except StopRequested:
@@ -757,6 +829,7 @@ def launch(
     runner = ["-m", "gpu_train.script_runner", str(script), *args]
     demuxes: list[PipeDemux] = []
     if job.framework == "tensorflow":
+        prepare_rank_dir(paths.failure_file, child_env)
         tensorflow_env(child_env, env.resource)
     else:
         distributed_env(child_env, env.resource)
@@ -769,6 +842,10 @@ def launch(
     else:
         cmd = [sys.executable, *runner]
     world = job.processes_per_host * env.resource.num_hosts
+    if job.style != STYLE_PLAIN and distribution == "auto":
+        how = "starts its own processes" if job.style == STYLE_OWN else "reads LOCAL_RANK"
+        log.info("%s %s: --distribution auto runs it %s", entry_point, how,
+                 "once per host" if job.style == STYLE_OWN and not job.torchrun else "under torchrun")  # fmt: skip
     log.info(
         "starting %s (%s) as %d processes on %d hosts: %s", entry_point, job.framework, world, env.resource.num_hosts,
         " ".join(cmd),

@@ -1,89 +1,219 @@
-"""``python -m gpu_train.script_runner SCRIPT ARGS...``: one process of a user's training script.
+"""``python -m gpu_train.script_runner SCRIPT ARGS...`` (or ``-m MODULE ARGS...``): one training process.
 
-The launcher (:mod:`gpu_train.launcher`) starts this module once per training process, directly or through
-torchrun. It runs ``SCRIPT`` as ``python SCRIPT ARGS...`` would (``sys.argv = [SCRIPT, *ARGS]``, the script's
-directory first on ``sys.path``, ``runpy.run_path(SCRIPT, run_name="__main__")``) and turns the way it ends
-into the SageMaker contract:
+The launcher (:mod:`gpu_train.launcher`) starts this module once per training process of a script, directly or
+through torchrun; the built-in trainer's torchrun starts it with ``-m gpu_train.worker``. It runs the process as
+the SageMaker training toolkit does, ``python SCRIPT ARGS...`` (``__name__ == "__main__"``, the script's
+directory first on ``sys.path``, nothing set up before the script runs), as its child, and watches it:
 
-* returns, or ``sys.exit(0)``: exit 0;
-* raises: the traceback goes to the log, ``<ExceptionType>: <message>`` to the failure file
-  (``/opt/ml/output/failure``, SageMaker's ``FailureReason``) and the process exits 1. The first process to
-  write the file wins (:func:`gpu_train.failure.write_failure`), so a secondary error on another rank never hides
-  the cause;
-* ``sys.exit(143)``: stopped (128 + SIGTERM, after a checkpoint): no failure file;
-* ``sys.exit(N)`` with another N: ``<entry point> exited with code N`` unless a cause was already written;
-* ``KeyboardInterrupt`` (SIGINT without a handler): stopped, exit 130, no failure file.
+* its stderr passes through unchanged, and its last lines are kept: the script's own words when it fails (the
+  exception line of its traceback, argparse's ``error: unrecognized arguments``, a ``sys.exit("message")``);
+* SIGTERM and SIGINT reach the script directly: torchrun and the launcher signal the whole process group of
+  this runner, which the script shares (so does a terminal's Ctrl-C); this runner only notes that a stop was
+  asked for;
+* the script's end becomes the SageMaker contract: exit 0 done; ``sys.exit(143)`` (128 + SIGTERM, after a
+  checkpoint), an end by SIGINT or ``KeyboardInterrupt``, and an end by SIGTERM after a stop was asked for:
+  stopped, no failure; anything else fails, and how (exit code, or the signal that killed it, e.g. the kernel's
+  out-of-memory killer's SIGKILL), when and with which last words is written as this rank's record
+  (:class:`gpu_train.failure.RankRecord`) into the launcher's rank directory (``GPU_TRAIN_RANK_DIR``), from which
+  the launcher writes ``/opt/ml/output/failure`` for the first rank that failed; run without a launcher, the
+  failure file directly (the first process to write it wins);
+* this runner exits as the script did: with its exit code, or killed by the same signal.
 
-Nothing is set up before the script runs (no logging configuration, no signal handlers), so the script behaves
-as it does under the SageMaker training toolkit.
+The process may also state its own failure (:func:`gpu_train.failure.report`, as the built-in trainer does): that
+text replaces its stderr's last words. The script's environment holds nothing of this runner's.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
-import runpy
+import signal
+import subprocess
 import sys
-import traceback
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
 
-from gpu_train.failure import format_failure, write_failure
-from gpu_train.process import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
-from gpu_train.sagemaker import Paths
+from gpu_train import sagemaker
+from gpu_train.failure import (
+    RANK_DIR_ENV,
+    RankRecord,
+    last_words,
+    read_report,
+    runner_files,
+    write_failure,
+    write_record,
+)
+from gpu_train.process import EXIT_OK, EXIT_STOPPED
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
+WORKER_ENTRY = "training process"  # how a failure names a process of the built-in trainer
+TAIL_LINES = 200  # stderr lines kept for the failure text
+_LINE_CHARS = 8192  # longest stderr line kept (its end)
+_TRACEBACK = b"Traceback (most recent call last):"
 
 
 def _report(text: str) -> None:
     print(f"gpu_train.script_runner: {text}", file=sys.stderr, flush=True)
 
 
-def _exit_code(exc: SystemExit, entry: str, paths: Paths) -> int:
-    """The process exit code for ``sys.exit(...)``; a non-zero one records its cause unless one exists."""
-    value = exc.code
-    if value is None:
-        return EXIT_OK
-    if isinstance(value, bool) or not isinstance(value, int):
-        # sys.exit("message"): Python prints the message and exits 1.
-        message = str(value)
-        _report(f"{entry} exited: {message}")
-        write_failure(paths.failure_file, f"{entry} exited with code 1: {message}")
-        return EXIT_FAILED
-    if value in (EXIT_OK, EXIT_STOPPED):
-        return value
-    if not paths.failure_file.exists():
-        write_failure(paths.failure_file, f"{entry} exited with code {value}")
-    return value
+class StderrTail:
+    """Copies a child's stderr to ours as it comes and keeps its last :data:`TAIL_LINES` lines, and the time the
+    first Python traceback started (when a rank failed, not when it finished shutting down)."""
+
+    def __init__(self, stream: int) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.traceback_at: float | None = None
+        self._fd = stream
+        self._thread = threading.Thread(target=self._pump, name="stderr-tail", daemon=True)
+        self._thread.start()
+
+    def _keep(self, raw: bytes) -> None:
+        if self.traceback_at is None and raw.lstrip().startswith(_TRACEBACK):
+            self.traceback_at = time.time()
+        line = raw.rsplit(b"\r", 1)[-1]  # a progress bar's last state
+        self.lines.append(line[-_LINE_CHARS:].decode("utf-8", errors="replace"))
+
+    def _pump(self) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            with contextlib.suppress(OSError):
+                while view:
+                    view = view[os.write(2, view) :]
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self._keep(line)
+            if len(pending) > 4 * _LINE_CHARS:
+                pending = pending[-_LINE_CHARS:]
+        if pending:
+            self._keep(pending)
+        os.close(self._fd)
+
+    def join(self, timeout: float) -> None:
+        # A grandchild that inherited stderr (a worker the script started) may hold it open after the script ended.
+        self._thread.join(timeout)
 
 
-def run(script: str, args: Sequence[str]) -> int:
-    """Run ``script`` with ``args`` in this process; returns the exit code."""
-    entry = os.environ.get("SM_USER_ENTRY_POINT") or os.path.basename(script)
-    paths = Paths.from_env()
-    sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+def _host() -> str | None:
+    if os.environ.get("SM_CURRENT_HOST"):
+        return os.environ["SM_CURRENT_HOST"]
     try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        return _exit_code(exc, entry, paths)
-    except KeyboardInterrupt:
-        _report(f"{entry} interrupted by SIGINT")
-        return EXIT_INTERRUPTED
-    except BaseException as exc:
-        traceback.print_exc()
-        sys.stderr.flush()
-        text = format_failure(exc)
-        _report(f"{entry} failed: {text}")
+        return sagemaker.load_resource_config(sagemaker.Paths.from_env(), os.environ).current_host
+    except Exception:
+        return None
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _stopped_on_purpose(code: int, stop_asked: bool) -> bool:
+    """An end that is a stop, not a failure (no record, no failure file)."""
+    if code in (EXIT_STOPPED, EXIT_INTERRUPTED, -signal.SIGINT):
+        return True
+    return stop_asked and code == -signal.SIGTERM
+
+
+def _exit_like(code: int) -> int:
+    """End this process as the child ended: killed by the same signal, else with its exit code."""
+    if code >= 0:
+        return code
+    sys.stderr.flush()
+    sys.stdout.flush()
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(1.0)
+    return 128 - code
+
+
+def run(cmd: Sequence[str], entry: str) -> int:
+    """Run ``cmd`` (``python SCRIPT ARGS...``) as a child, watching its end; returns this process's exit code."""
+    paths = sagemaker.Paths.from_env()
+    rank_dir = os.environ.get(RANK_DIR_ENV)
+    marker, report_file = runner_files(os.getpid())
+    with contextlib.suppress(OSError):
+        report_file.unlink()
+    marker.touch()
+    stop: dict[str, int] = {}
+
+    def on_stop(signum: int, _frame: FrameType | None) -> None:
+        stop.setdefault("signal", signum)  # the script got the same signal: it is in our process group
+
+    previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if stop:
+            return EXIT_STOPPED
+        env = {k: v for k, v in os.environ.items() if k != RANK_DIR_ENV}
+        read_end, write_end = os.pipe()
+        try:
+            child = subprocess.Popen(list(cmd), env=env, stderr=write_end)
+        except OSError as exc:
+            os.close(read_end)
+            os.close(write_end)
+            write_failure(paths.failure_file, f"{entry} could not be started: {type(exc).__name__}: {exc}")
+            return 1
+        os.close(write_end)
+        tail = StderrTail(read_end)
+        code = child.wait()
+        ended = time.time()
+        tail.join(timeout=5.0)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with contextlib.suppress(OSError):
+            marker.unlink()
+    if code == EXIT_OK or _stopped_on_purpose(code, "signal" in stop):
+        with contextlib.suppress(OSError):
+            report_file.unlink()
+        return code if code >= 0 else _exit_like(code)
+    own = read_report(report_file) if report_file.exists() else None
+    with contextlib.suppress(OSError):
+        report_file.unlink()
+    record = RankRecord(
+        entry=entry,
+        exitcode=code,
+        time=own[1] if own else min(tail.traceback_at or ended, ended),
+        rank=_int_env("RANK", 0),
+        world=_int_env("WORLD_SIZE", 1),
+        local_rank=_int_env("LOCAL_RANK", 0),
+        host=_host(),
+        words=own[0] if own else last_words(list(tail.lines)),
+        reported=own is not None,
+        stopped="signal" in stop,
+    )
+    text = record.describe()
+    _report(text)
+    if rank_dir:
+        write_record(Path(rank_dir), record)
+    else:
         write_failure(paths.failure_file, text)
-        return EXIT_FAILED
-    return EXIT_OK
+    return _exit_like(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        _report("usage: python -m gpu_train.script_runner SCRIPT [ARGS...]")
+    if not args or (args[0] == "-m" and len(args) < 2):
+        _report("usage: python -m gpu_train.script_runner SCRIPT [ARGS...] | -m MODULE [ARGS...]")
         return 2
-    return run(args[0], args[1:])
+    if args[0] == "-m":
+        cmd, entry = [sys.executable, "-m", *args[1:]], WORKER_ENTRY if args[1] == "gpu_train.worker" else args[1]
+    else:
+        cmd, entry = [sys.executable, *args], os.path.basename(args[0])
+    return run(cmd, os.environ.get("SM_USER_ENTRY_POINT") or entry)
 
 
 if __name__ == "__main__":

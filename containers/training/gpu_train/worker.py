@@ -1,7 +1,9 @@
-"""One training process: ``python -m gpu_train.worker`` (started by torchrun), or called in-process.
+"""One training process: ``python -m gpu_train.worker`` (started by torchrun, watched by
+:mod:`gpu_train.script_runner`), or called in-process.
 
-Exit codes: 0 done (model written), 1 failed (reason in ``/opt/ml/output/failure``), 143 stopped by
-SIGTERM after writing a checkpoint.
+Exit codes: 0 done (model written), 1 failed, 143 stopped by SIGTERM after writing a checkpoint. A failure's
+reason goes to the script runner (:func:`gpu_train.failure.report`), which records it with its rank and time for
+the launcher to name the first rank that failed; in-process, straight to ``/opt/ml/output/failure``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import traceback
 import torch
 
 from gpu_train import distributed, hyperparameters, sagemaker
-from gpu_train.failure import format_failure, write_failure
+from gpu_train.failure import format_failure, report
 from gpu_train.process import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, StopFlag, setup_logging
 from gpu_train.train_loop import STOPPED, Trainer
 
@@ -32,7 +34,7 @@ def run(env: sagemaker.SageMakerEnv, hp: hyperparameters.Hyperparameters, stop: 
         return EXIT_STOPPED if outcome == STOPPED else EXIT_OK
     except Exception as exc:
         log.error("training failed:\n%s", traceback.format_exc())
-        write_failure(env.paths.failure_file, format_failure(exc))
+        report(env.paths.failure_file, format_failure(exc))
         return EXIT_FAILED
     finally:
         distributed.shutdown()
@@ -47,7 +49,7 @@ def main() -> int:
         hp = hyperparameters.parse(env.hyperparameters)
     except Exception as exc:
         paths = sagemaker.Paths.from_env()
-        write_failure(paths.failure_file, format_failure(exc))
+        report(paths.failure_file, format_failure(exc))
         log.error("%s", exc)
         return EXIT_FAILED
     return run(env, hp, stop)

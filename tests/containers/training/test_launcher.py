@@ -443,13 +443,10 @@ def test_torchrun_runs_one_script_process_per_rank(job: Job) -> None:
 
 FIRST_FAILURE_SCRIPT = """
 import os, time
-failure = os.path.join(os.environ["SM_OUTPUT_DIR"], "failure")
 if os.environ["RANK"] == "1":
     raise RuntimeError("rank 1 ran out of memory")
-deadline = time.time() + 30
-while not os.path.exists(failure) and time.time() < deadline:
-    time.sleep(0.05)
-raise ValueError("rank 0 saw a peer fail")  # secondary: must not replace the cause
+time.sleep(1.0)
+raise ValueError("rank 0 saw a peer fail")  # secondary (if torchrun has not stopped it): never the cause
 """
 
 
@@ -473,8 +470,7 @@ def test_the_first_rank_to_fail_names_the_cause(job: Job) -> None:
         ('import sys\nsys.exit("no data in /opt/ml/input")\n', "train.py exited with code 1: no data in /opt/ml/input"),
         (
             "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",  # what the out-of-memory killer does
-            "train.py was killed by SIGKILL and no training process reported a cause; see the job log (a process "
-            "killed by SIGKILL is often the kernel's out-of-memory killer)",
+            "train.py was killed by SIGKILL (exit code -9), often the kernel's out-of-memory killer; see the job log",
         ),
     ],
 )
