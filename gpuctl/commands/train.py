@@ -193,7 +193,11 @@ def with_code(spec: Any, args: argparse.Namespace) -> tuple[Any, CodeUpload | No
             code_changes["distribution"] = args.distribution
         if args.framework:
             code_changes["framework"] = args.framework
-        if code_changes:
+        if upload is not None:
+            # Another code package: the setup's hyperparameters are its own code's defaults (the built-in
+            # trainer's, or the configured script's) and stay behind; the job gets only the user's -p.
+            spec = spec.with_other_code(replace(code, **code_changes))
+        elif code_changes:
             changes["code"] = replace(code, **code_changes)
     return (spec.with_changes(**changes) if changes else spec), upload
 

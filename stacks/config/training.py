@@ -115,7 +115,11 @@ class TrainingCodeConfig(StrictModel):
     source_dir: str = Field(description="Folder of the training code, relative to the repository root")
     entry_point: Annotated[
         str, Check(_entry_point_ok, "allowed: a relative path to a .py file inside source_dir, e.g. train.py")
-    ] = Field("train.py", description="Script in source_dir the launcher runs (hyperparameters as --name value)")
+    ] = Field(
+        "train.py",
+        description="Script in source_dir the launcher runs; it gets training.hyperparameters and a job's own, as "
+        "--name value, nothing else (the launcher's settings are in GPU_TRAIN_* variables)",
+    )
     distribution: Literal["auto", "torchrun", "single"] = Field(
         "auto", description="auto: torchrun over every GPU and host when > 1 process; single: one process per host"
     )
@@ -204,7 +208,11 @@ class TrainingConfig(StrictModel):
         Allowed(message="must be 1-128 letters, digits and . _ = -, starting with a letter or digit"),
     ] = Field("v1", description="Default data version; executions and gpuctl may override it")
     hyperparameters: dict[str, str] = Field(
-        default_factory=dict, description="Default hyperparameters of the training runtime (see its README)"
+        default_factory=dict,
+        description="Default hyperparameters of the setup's code: the built-in trainer's (see its README), or with "
+        "`code` set your script's (as --name value). Code given at run time (gpuctl train --source-dir, an "
+        "execution's `code`) gets only the hyperparameters given with it. processes_per_host here also sets the "
+        "launcher's processes per host (GPU_TRAIN_PROCESSES_PER_HOST) for every job",
     )
     max_runtime_hours: RuntimeHours = Field(24, description="MaxRuntime in hours (1-672)")
     spot: bool = Field(False, description="Managed spot training with checkpoints")

@@ -777,7 +777,7 @@ def test_source_dir_is_uploaded_once_with_the_setups_kms_key(
         aws.stub("sagemaker").add_response(
             "create_training_job",
             {"TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}"},
-            spec.with_changes(code=sent).to_request(name),
+            spec.with_other_code(sent).to_request(name),
         )
     argv = ["train", "--spec", str(spec_file), "--region", REGION, "--source-dir", str(source)]
 
@@ -814,7 +814,7 @@ def test_local_runs_the_request_with_the_source_dir(
         assert archive.getnames() == ["result.txt"]
         result = archive.extractfile("result.txt")
         assert result is not None
-        assert result.read().decode() == "--epochs 10 --lr 0.1 | shard-0.bin"
+        assert result.read().decode() == "--lr 0.1 | shard-0.bin"  # the -p given, not the setup's epochs
     assert aws.calls == []
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +166,106 @@ def test_gpuctl_train_synth_without_a_cloud_assembly_exits_2(
     assert main(["train", "--synth", str(tmp_path / "cdk.out"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"gpuctl train: --synth {tmp_path / 'cdk.out'}: " in err and "make synth ENV=<env>" in err
+
+
+# --------------------------------------------------------------------------------------------------
+# gpuctl train --synth --local: whose hyperparameters a job gets (your own script: yours only)
+# --------------------------------------------------------------------------------------------------
+
+#: A script that declares only its own option and parses strictly: any other argument exits 2 ("unrecognized
+#: arguments"). It leaves what it got in the model folder.
+ARGPARSE_SCRIPT = """import argparse, json, os, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, required=True)
+args = parser.parse_args()
+names = ("SM_HPS", "SM_USER_ARGS", "SM_HP_LR", "GPU_TRAIN_PROCESSES_PER_HOST", "GPU_TRAIN_NUM_WORKERS")
+seen = {"argv": sys.argv[1:], "lr": args.lr, **{name: os.environ.get(name) for name in names}}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "seen.json"), "w") as out:
+    json.dump(seen, out)
+"""
+
+
+@pytest.fixture()
+def kept_trees(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """The hosts of each ``--local`` run, their ``/opt/ml`` trees kept for the test to read (removed after it)."""
+    from gpuctl import local_job
+
+    results: list[Any] = []
+    run_local_job = local_job.run_local_job
+
+    def keeping(*args: Any, **kwargs: Any) -> Any:
+        result = run_local_job(*args, **{**kwargs, "keep_trees": True})
+        results.append(result)
+        return result
+
+    monkeypatch.setattr(local_job, "run_local_job", keeping)
+    yield results
+    for result in results:
+        for host in result.hosts:  # <work>/<host>/opt/ml
+            shutil.rmtree(host.root.parents[2], ignore_errors=True)
+
+
+def test_gpuctl_train_synth_local_gives_your_script_only_your_hyperparameters(
+    outdir: Path, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture, kept_trees: list[Any]
+) -> None:
+    """The dev setup's defaults (config training.hyperparameters: arch, epochs, batch_size) are the built-in
+    trainer's, and the launcher's settings travel in the request's Environment: ``-p lr=0.01`` is all the
+    script gets, as the SageMaker training toolkit would give it."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(ARGPARSE_SCRIPT)
+    data = tmp_path / "data"
+    data.mkdir()
+    base = ["train", "--synth", str(outdir), "--source-dir", str(source), "-p", "lr=0.01"]
+    assert main([*base, "--dry-run"]) == 0
+    request = json.loads(capsys.readouterr().out)
+    assert request["HyperParameters"] == {"lr": "0.01"}
+    assert request["Environment"] == {"GPU_TRAIN_PROCESSES_PER_HOST": "1", "GPU_TRAIN_NUM_WORKERS": "2"}  # g5.xlarge
+
+    out = tmp_path / "out"
+    local = ["--local", "--channel", f"train={data}", "--channel", f"validation={data}", "--output", str(out)]
+    assert main([*base, *local]) == 0, capsys.readouterr()
+    assert "algo-1: exit 0" in capsys.readouterr().out
+    with tarfile.open(out / "model.tar.gz") as archive:
+        member = archive.extractfile("seen.json")
+        assert member is not None
+        seen = json.loads(member.read())
+    assert seen == {
+        "argv": ["--lr", "0.01"],
+        "lr": 0.01,
+        "SM_HPS": '{"lr":0.01}',
+        "SM_USER_ARGS": '["--lr","0.01"]',
+        "SM_HP_LR": "0.01",
+        "GPU_TRAIN_PROCESSES_PER_HOST": "1",
+        "GPU_TRAIN_NUM_WORKERS": "2",
+    }
+    [result] = kept_trees
+    [host] = result.hosts
+    assert json.loads(host.root.joinpath("input", "config", "hyperparameters.json").read_text()) == {"lr": "0.01"}
+    assert json.loads(seen["SM_HPS"]) == {"lr": 0.01}
+
+
+@pytest.mark.slow
+def test_gpuctl_train_synth_local_gives_the_built_in_trainer_its_defaults(
+    outdir: Path, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture, kept_trees: list[Any]
+) -> None:
+    """No --source-dir: the setup's default code, the built-in trainer, with the dev config's defaults and the
+    derived distribution in its hyperparameters as before; a tiny model and two steps so it runs on a CPU."""
+    from container_helpers import make_images
+
+    from gpu_train import pack
+
+    images = make_images(tmp_path / "images", classes=3, per_class=16)
+    shards = tmp_path / "shards"
+    pack.pack(images, str(shards), image_size=32, target_bytes=64 * 1024, seed=1, progress=False)
+    tiny = {"arch": "resnet_tiny", "width": "8", "batch_size": "8", "max_steps": "2", "log_steps": "1"}
+    argv = ["train", "--synth", str(outdir), *[a for k, v in tiny.items() for a in ("-p", f"{k}={v}")]]
+    argv += ["--local", "--channel", f"train={shards}", "--channel", f"validation={shards}"]
+    assert main([*argv, "--output", str(tmp_path / "out")]) == 0, capsys.readouterr()
+    assert "algo-1: exit 0" in capsys.readouterr().out
+    [result] = kept_trees
+    [host] = result.hosts
+    hyperparameters = json.loads(host.root.joinpath("input", "config", "hyperparameters.json").read_text())
+    # config/dev.yaml's epochs (arch and batch_size overridden above) and the derived distribution of ml.g5.xlarge
+    assert hyperparameters == {"processes_per_host": "1", "num_workers": "2", "epochs": "10", **tiny}
+    assert (tmp_path / "out" / "model.tar.gz").is_file()

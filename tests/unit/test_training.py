@@ -122,6 +122,8 @@ def _sample_for(key: str, path: str) -> Any:
         return [
             a.strip().strip("'") if "$" not in a else "train.py" for a in path[len("States.Array(") : -1].split(",")
         ]
+    if path.startswith("$.derived."):  # the launcher's settings in Environment: the derived distribution
+        return "1"
     if key == "S3Uri" and path == "$.args.code":
         return "s3://gpu-test-bucket/code/gpu-test-train/0123/sourcedir.tar.gz"
     match = re.fullmatch(r"States\.Format\('(.*)', .*\)", path)
@@ -583,8 +585,14 @@ def test_fsx_input_needs_the_file_system(parts: _Parts) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _run_hyperparameter_states(states: dict[str, Any], instance_type: str, hyperparameters: Any) -> dict[str, Any]:
-    """MergeHyperparameters -> ValidateHyperparameters (-> InvalidHyperparameters) on a typical state."""
+SETUP_CODE = "s3://gpu-test-assets/setup-code.tar.gz"
+
+
+def _run_hyperparameter_states(
+    states: dict[str, Any], instance_type: str, hyperparameters: Any, *, code: str = SETUP_CODE
+) -> dict[str, Any]:
+    """MergeHyperparameters -> ValidateHyperparameters (-> InvalidHyperparameters) on a typical state; ``code`` is the
+    execution's code package (by default the setup's own, as the Defaults state gives it)."""
     derive = next(
         states[choice["Next"]]
         for choice in states["ValidateInstanceType"]["Choices"]
@@ -592,8 +600,13 @@ def _run_hyperparameter_states(states: dict[str, Any], instance_type: str, hyper
     )
     base = states["Defaults"]["Parameters"]["static"]["base_hyperparameters"]
     state = {
-        "args": {"instance_type": instance_type, "hyperparameters": hyperparameters, "job_name": "gpu-dev-train-1"},
-        "static": {"base_hyperparameters": base},
+        "args": {
+            "instance_type": instance_type,
+            "hyperparameters": hyperparameters,
+            "job_name": "gpu-dev-train-1",
+            "code": code,
+        },
+        "static": {"base_hyperparameters": base, "code": SETUP_CODE},
         "derived": derive["Result"],
     }
     merge = states["MergeHyperparameters"]
@@ -664,6 +677,23 @@ def test_bad_execution_hyperparameters_fail_with_the_key_the_value_and_what_is_a
     assert run["failed"] is True
     assert run["cause"].startswith("The execution input is not valid: ")
     assert cause in run["cause"]
+
+
+def test_an_executions_own_code_package_gets_only_the_executions_hyperparameters(dev: dict) -> None:
+    """Not the built-in trainer's defaults (dev config: arch, epochs, batch_size) nor the derived distribution:
+    a script gets exactly what its user gave; the launcher's settings go to the Train state's Environment."""
+    states = definition(dev)["States"]
+    other = "s3://gpu-test-artifacts/code/gpu-dev-train/0123/sourcedir.tar.gz"
+    run = _run_hyperparameter_states(states, "ml.g5.xlarge", {"lr": 0.01}, code=other)
+    assert run == {"hyperparameters": {"lr": "0.01"}, "failed": False}
+    assert _run_hyperparameter_states(states, "ml.g5.xlarge", {}, code=other)["hyperparameters"] == {}
+    bad = _run_hyperparameter_states(states, "ml.g5.xlarge", {"processes_per_host": 2}, code=other)
+    assert "processes_per_host=2 is not allowed on ml.g5.xlarge" in bad["cause"]  # the launcher reads it: checked
+    environment = states["Train"]["Parameters"]["Environment"]
+    assert environment == {
+        "GPU_TRAIN_PROCESSES_PER_HOST.$": "$.derived.processes_per_host",
+        "GPU_TRAIN_NUM_WORKERS.$": "$.derived.num_workers",
+    }
 
 
 def test_execution_processes_per_host_follows_the_gpus_of_the_chosen_type(dev: dict) -> None:

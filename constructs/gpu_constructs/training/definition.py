@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from aws_cdk import Stack
 from aws_cdk import aws_stepfunctions as sfn
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["definition", "hyperparameter_expression"]
 
-_PATHS = SfnPaths(hyperparameters="$.run.hyperparameters")
+_PATHS = SfnPaths(hyperparameters="$.run.hyperparameters", distribution="$.derived")
 
 
 def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.IChainable:
@@ -106,6 +106,7 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
             "input": sfn.JsonPath.object_at("$.input"),
             "static": {
                 "base_hyperparameters": dict(pipeline.spec.hyperparameters),
+                **({"code": code.source_s3_uri} if code is not None else {}),
                 "result_defaults": {
                     "ModelArtifacts": {"S3ModelArtifacts": ""},
                     "FinalMetricDataList": [],
@@ -164,9 +165,12 @@ def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass
     merge_hp = sfn.Pass.jsonata(
         pipeline,
         "MergeHyperparameters",
-        comment="derived distribution <- base hyperparameters <- execution input, every value a string "
-        "(numbers and booleans converted), checked against SageMaker's limits and the GPUs of the type",
-        outputs="{% " + hyperparameter_expression({name: processes_per_host_limit(name) for name in allowed}) + " %}",
+        comment=_merge_comment(pipeline),
+        outputs="{% "
+        + hyperparameter_expression(
+            {name: processes_per_host_limit(name) for name in allowed}, code=_code_kind(pipeline)
+        )
+        + " %}",
     )
     groups: dict[tuple[str, str], list[str]] = {}
     for name in allowed:
@@ -354,8 +358,40 @@ def _with_defaults(pipeline: TrainingPipeline, state_id: str, defaults: str, val
     )
 
 
-def hyperparameter_expression(max_processes: Mapping[str, int]) -> str:
+def _code_kind(pipeline: TrainingPipeline) -> CodeKind:
+    code = pipeline.spec.code
+    return None if code is None else "builtin" if code.builtin else "own"
+
+
+def _merge_comment(pipeline: TrainingPipeline) -> str:
+    checked = (
+        ", every value a string (numbers and booleans converted), checked against SageMaker's limits and the GPUs "
+        "of the type"
+    )
+    kind = _code_kind(pipeline)
+    if kind is None:
+        return "derived distribution <- base hyperparameters <- execution input" + checked
+    own = "derived distribution <- base hyperparameters" if kind == "builtin" else "base hyperparameters"
+    return (
+        f"the setup's code package: {own} <- execution input; another code package (the input's code): the input's "
+        "hyperparameters only (the launcher's settings are in Environment)" + checked
+    )
+
+
+#: What the setup's jobs run: ``None`` the image's own entry (the built-in trainer), ``"builtin"`` the default code
+#: package (the built-in trainer through the launcher), ``"own"`` a code package of the setup's own.
+CodeKind = Literal["builtin", "own"] | None
+
+
+def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKind = None) -> str:
     """The JSONata expression of the ``MergeHyperparameters`` state (without the ``{% %}`` delimiters).
+
+    Whose hyperparameters a job gets (``code``: what the setup's jobs run): the built-in trainer (no code package,
+    or the setup's default code package) gets the derived distribution, the base hyperparameters and the
+    execution's, as ever; the setup's own code package (``own``) the base hyperparameters and the execution's; a
+    code package the execution names (``args.code`` other than the setup's, ``static.code``) only the execution's:
+    a script gets exactly the hyperparameters its user gave, and the launcher reads its settings from the job's
+    ``Environment`` (the ``Train`` state sets them from ``derived``).
 
     CreateTrainingJob takes only strings in ``HyperParameters`` (botocore: map of ``HyperParameterKey`` to
     ``HyperParameterValue``, both strings), so an execution input such as ``{"hyperparameters": {"epochs": 30}}``
@@ -372,6 +408,8 @@ def hyperparameter_expression(max_processes: Mapping[str, int]) -> str:
     """
     count, key_max, value_max = hyperparameter_limits()
     pph = HP_PROCESSES_PER_HOST
+    own = "true" if code is None else "$in.args.code = $in.static.code"
+    builtin = {None: "true", "builtin": "$own", "own": "false"}[code]
     limits = json.dumps(dict(sorted(max_processes.items())), separators=(",", ":"))
     return " ".join(
         f"""(
@@ -380,7 +418,9 @@ def hyperparameter_expression(max_processes: Mapping[str, int]) -> str:
   $isObject := $type($given) = 'object';
   $input := $isObject ? $given : {{}};
   $text := function($v) {{ $type($v) = 'string' ? $v : $string($v) }};
-  $merged := $merge([$in.derived, $in.static.base_hyperparameters, $input]);
+  $own := {own};
+  $builtin := {builtin};
+  $merged := $merge([$builtin ? $in.derived : {{}}, $own ? $in.static.base_hyperparameters : {{}}, $input]);
   $values := $merge($append([{{}}], $each($merged, function($v, $k) {{ {{$k: $text($v)}} }})));
   $type_problems := $each($input, function($v, $k) {{
     $type($v) in ['object', 'array', 'null']
@@ -396,7 +436,8 @@ def hyperparameter_expression(max_processes: Mapping[str, int]) -> str:
   $count_problem := $n > {count} ? ($n & ' hyperparameters; allowed: at most {count}');
   $limit := $lookup({limits}, $in.args.instance_type);
   $procs := $lookup($values, '{pph}');
-  $procs_ok := $contains($procs, /{PROCESSES_PER_HOST_PATTERN}/) and $number($procs) <= $limit;
+  $procs_ok := $exists($procs) ? ($contains($procs, /{PROCESSES_PER_HOST_PATTERN}/) and $number($procs) <= $limit)
+    : true;
   $procs_problem := $not($procs_ok) ? 'hyperparameters.{pph}=' & $procs & ' is not allowed on '
     & $in.args.instance_type & '; allowed: 0 (one process per GPU) or 1..' & $limit;
   $problems := $append($append($append($append(

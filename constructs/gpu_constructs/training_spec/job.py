@@ -25,6 +25,7 @@ from gpu_constructs.training_spec.limits import (
     HP_NUM_WORKERS,
     HP_PROCESSES_PER_HOST,
     JOB_NAME_PREFIX_RE,
+    LAUNCHER_ENVIRONMENT,
     MAX_WAIT_LIMIT_S,
     VOLUME_SIZE_GB,
     WHERE,
@@ -73,9 +74,14 @@ class TrainingJobSpec:
         local NVMe, which it uses instead).
     :param volume_kms_key: KMS key of the volume (default: none — SageMaker's default encryption).
     :param output_kms_key: KMS key of the output artifacts (default: the bucket's default encryption).
-    :param hyperparameters: every value a string (SageMaker's contract). The derived distribution
-        defaults (:data:`HP_PROCESSES_PER_HOST`, :data:`HP_NUM_WORKERS`) are added unless set here.
-    :param environment: container environment variables (default: none).
+    :param hyperparameters: every value a string (SageMaker's contract): the defaults of the spec's code. For
+        the built-in trainer (no ``code``, or ``code.builtin``) the derived distribution defaults
+        (:data:`HP_PROCESSES_PER_HOST`, :data:`HP_NUM_WORKERS`) are added unless set here; your own code
+        (``code`` with ``builtin=False``) gets these and the job's overrides only, and other code run with this spec
+        (:meth:`with_other_code`) only the overrides its user gives.
+    :param environment: container environment variables (default: none). A job that runs ``code`` also gets the
+        launcher's settings, the derived distribution of its instance type, as :data:`LAUNCHER_ENVIRONMENT`
+        (``GPU_TRAIN_PROCESSES_PER_HOST``, ``GPU_TRAIN_NUM_WORKERS``; a value set here wins).
     :param metric_definitions: ``[{"Name", "Regex"}]`` SageMaker parses from the logs (default: none;
         the platform passes the training runtime's ``METRIC_DEFINITIONS``).
     :param max_runtime: a ``timedelta`` (or an ``aws_cdk.Duration``), whole seconds; rendered as
@@ -183,14 +189,44 @@ class TrainingJobSpec:
         )
         return {HP_PROCESSES_PER_HOST: str(procs), HP_NUM_WORKERS: str(workers)}
 
+    @property
+    def runs_builtin_trainer(self) -> bool:
+        """The job runs the platform's built-in trainer (the image's own entry, or the default code package)."""
+        return self.code is None or self.code.builtin
+
     def hyperparameters_for(
         self, instance_type: str | None = None, overrides: Mapping[str, str] | None = None
     ) -> dict[str, str]:
-        """Base hyperparameters, then the derived distribution defaults, then ``overrides`` (strings)."""
-        merged = {**self.distribution_for(instance_type or self.instance_type), **dict(self.hyperparameters)}
+        """The job's hyperparameters (strings): for the built-in trainer the derived distribution defaults, then
+        the base hyperparameters, then ``overrides``; for your own code the base hyperparameters (its own) and
+        ``overrides`` only: the launcher reads its settings from :meth:`environment_for`."""
+        merged = dict(self.distribution_for(instance_type or self.instance_type)) if self.runs_builtin_trainer else {}
+        merged.update(self.hyperparameters)
         for key, value in (overrides or {}).items():
             merged[str(key)] = hp_string(value)
         return merged
+
+    def launcher_environment(self, instance_type: str | None = None) -> dict[str, str]:
+        """The launcher's settings for ``instance_type`` as :data:`LAUNCHER_ENVIRONMENT` variables (none when the
+        job runs the image's own entry)."""
+        if self.code is None:
+            return {}
+        derived = self.distribution_for(instance_type or self.instance_type)
+        return {variable: derived[name] for name, variable in LAUNCHER_ENVIRONMENT.items()}
+
+    def environment_for(self, instance_type: str | None = None) -> dict[str, str]:
+        """The job's ``Environment``: the launcher's settings, then ``environment`` (which wins)."""
+        return {**self.launcher_environment(instance_type), **dict(self.environment)}
+
+    def with_other_code(self, code: TrainingCode) -> TrainingJobSpec:
+        """This spec running ``code``, not its own (``gpuctl train --source-dir``): the base hyperparameters are
+        the defaults of the spec's own code and stay behind, so the job gets only the hyperparameters its user
+        gives; the processes per host the setup chose (typed, or its ``processes_per_host`` hyperparameter) stay."""
+        procs = self.processes_per_host
+        given = self.hyperparameters.get(HP_PROCESSES_PER_HOST)
+        if procs is None and isinstance(given, str) and given.strip().isdigit() and int(given) > 0:
+            procs = int(given)
+        return replace(self, code=code, hyperparameters={}, processes_per_host=procs)
 
     # -- validation -----------------------------------------------------------------------------------
 
@@ -366,6 +402,7 @@ class TrainingJobSpec:
         job_name: str | Dynamic,
         instance_type: str | Dynamic,
         hyperparameters: Mapping[str, str] | Dynamic,
+        environment: Mapping[str, str | Dynamic],
         data_version: str | Dynamic,
         code_s3_uri: str | Dynamic | None = None,
         entry_point: str | Dynamic | None = None,
@@ -419,8 +456,8 @@ class TrainingJobSpec:
             }
         if self.subnets:
             request["VpcConfig"] = {"Subnets": list(self.subnets), "SecurityGroupIds": list(self.security_group_ids)}
-        if self.environment:
-            request["Environment"] = dict(self.environment)
+        if environment:
+            request["Environment"] = dict(environment)
         if self.max_retry_attempts is not None:
             request["RetryStrategy"] = {"MaximumRetryAttempts": self.max_retry_attempts}
         if self.tags:
@@ -450,6 +487,7 @@ class TrainingJobSpec:
                 job_name=job_name,
                 instance_type=it,
                 hyperparameters=self.hyperparameters_for(it, hyperparameter_overrides),
+                environment=self.environment_for(it),
                 data_version=version,
             ),
             "CreateTrainingJob",
@@ -485,10 +523,17 @@ class TrainingJobSpec:
 
     def sfn_tree(self, paths: SfnPaths = DEFAULT_PATHS) -> dict[str, Any]:
         """The request with :class:`Dynamic` runtime values (before finalization)."""
+        environment: dict[str, str | Dynamic] = dict(self.environment_for(self.instance_type))
+        if paths.distribution is not None:
+            derived = self.distribution_for(self.instance_type)
+            for name, variable in LAUNCHER_ENVIRONMENT.items():
+                if variable in environment and variable not in self.environment:
+                    environment[variable] = Dynamic(f"{paths.distribution}.{name}", derived[name])
         return self._render(
             job_name=Dynamic(paths.job_name, self.sample_job_name()),
             instance_type=Dynamic(paths.instance_type, self.instance_type),
             hyperparameters=Dynamic(paths.hyperparameters, self.hyperparameters_for(self.instance_type)),
+            environment=environment,
             data_version=Dynamic(paths.data_version, self.data_version),
             code_s3_uri=Dynamic(paths.code, self.code.source_s3_uri) if self.code is not None else None,
             entry_point=Dynamic(paths.entry_point, self.code.entry_point) if self.code is not None else None,

@@ -18,6 +18,12 @@ CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 #: Hyperparameter names the training runtime (``gpu_train``) reads for the distribution defaults.
 HP_PROCESSES_PER_HOST = "processes_per_host"
 HP_NUM_WORKERS = "num_workers"
+#: Where a job that runs code through the launcher gets the same two settings: its ``Environment``
+#: (``gpu_train.launcher.LAUNCHER_SETTINGS``), so your own script's hyperparameters are only yours.
+LAUNCHER_ENVIRONMENT = {
+    HP_PROCESSES_PER_HOST: "GPU_TRAIN_PROCESSES_PER_HOST",
+    HP_NUM_WORKERS: "GPU_TRAIN_NUM_WORKERS",
+}
 
 INPUT_MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")

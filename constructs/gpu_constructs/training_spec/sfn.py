@@ -25,6 +25,9 @@ class SfnPaths:
     hyperparameters: str = "$.hyperparameters"
     code: str = "$.args.code"
     entry_point: str = "$.args.entry_point"
+    #: The object with the derived ``processes_per_host`` and ``num_workers`` of the chosen instance type (the
+    #: launcher's settings in ``Environment``); ``None``: those of the spec's own instance type, fixed.
+    distribution: str | None = None
 
 
 DEFAULT_PATHS = SfnPaths()
