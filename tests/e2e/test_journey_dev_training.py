@@ -237,6 +237,29 @@ def test_a_bring_your_own_script_runs_from_an_execution_input(
         assert {"model.pt", "model_config.json"} <= set(archive.getnames())
 
 
+def test_an_execution_with_its_own_code_sends_only_its_hyperparameters(
+    definition: dict[str, Any], assembly: Assembly, tmp_path: Path
+) -> None:
+    """The dev setup's defaults (config training.hyperparameters) are the built-in trainer's: an execution that
+    names its own code package sends exactly its hyperparameters (as strings) and the launcher's settings, the
+    derived distribution of the chosen type, in Environment; without a code package, the merge of before."""
+    uri, _package = _code_upload(assembly, EXAMPLE, tmp_path)
+    own = {"code": uri, "entry_point": "train.py", "hyperparameters": {"lr": 0.01, "epochs": 2}}
+    request = train_request(definition, {**own, "instance_type": "ml.g5.12xlarge"})
+    assert request["HyperParameters"] == {"lr": "0.01", "epochs": "2"}
+    assert request["Environment"] == {
+        "GPU_TRAIN_PROCESSES_PER_HOST": "4",
+        "GPU_TRAIN_NUM_WORKERS": "10",
+    }  # 4 GPUs, 48 vCPUs
+    assert train_request(definition, {"code": uri, "entry_point": "train.py"})["HyperParameters"] == {}
+    builtin = train_request(definition, {"hyperparameters": {"lr": 0.01}})
+    assert builtin["HyperParameters"] == {
+        "processes_per_host": "1", "num_workers": "2", "arch": "resnet50", "epochs": "10", "batch_size": "128",
+        "lr": "0.01",
+    }  # fmt: skip
+    assert builtin["Environment"] == {"GPU_TRAIN_PROCESSES_PER_HOST": "1", "GPU_TRAIN_NUM_WORKERS": "2"}
+
+
 def test_code_outside_the_setups_prefix_is_refused_before_any_job(definition: dict[str, Any]) -> None:
     outcome = run(definition, {"code": "s3://someone-elses-bucket/code.tar.gz", "entry_point": "train.py"})
     assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput")
