@@ -14,6 +14,7 @@ from gpu_constructs.training_spec import (
     CHECKPOINT_LOCAL_PATH,
     HP_NUM_WORKERS,
     HP_PROCESSES_PER_HOST,
+    LAUNCHER_ENVIRONMENT,
     MAX_RUNTIME_LIMIT_S,
     MAX_WAIT_LIMIT_S,
     Dynamic,
@@ -21,6 +22,7 @@ from gpu_constructs.training_spec import (
     S3Channel,
     ShardingJobSpec,
     ShardSplit,
+    TrainingCode,
     TrainingJobSpec,
     channel_from_dict,
     check_processes_per_host,
@@ -475,3 +477,48 @@ def test_default_max_wait_never_exceeds_the_sagemaker_limit(prod: TrainingJobSpe
     assert spec.problems() == []
     with pytest.raises(ValidationError, match=r"max_wait=2419201 s is not allowed; allowed: 1..2419200 s \(SageMaker"):
         replace(prod, max_wait=timedelta(seconds=MAX_WAIT_LIMIT_S + 1)).validate()
+
+
+# --------------------------------------------------------------------------------------------------
+# Whose hyperparameters: the built-in trainer's defaults, your own code's, the launcher's settings
+# --------------------------------------------------------------------------------------------------
+
+_CODE = TrainingCode(
+    source_s3_uri="s3://gpu-dev-artifacts/code/gpu-dev-train/builtin/sourcedir.tar.gz",
+    drivers_s3_uri="s3://gpu-dev-artifacts/drivers/gpu_train_driver.pyz",
+    upload_prefix="s3://gpu-dev-artifacts/code/gpu-dev-train/",
+    builtin=True,
+)
+
+
+def test_the_built_in_trainer_keeps_its_defaults_and_your_code_gets_only_yours(dev: TrainingJobSpec) -> None:
+    base = {"arch": "resnet50", "epochs": "10", "processes_per_host": "2"}
+    builtin = replace(dev, instance_type="ml.g5.12xlarge", hyperparameters=base, code=_CODE)
+    derived = {HP_PROCESSES_PER_HOST: "2", HP_NUM_WORKERS: "22"}
+    launcher = {"GPU_TRAIN_PROCESSES_PER_HOST": "2", "GPU_TRAIN_NUM_WORKERS": "22"}
+    request = builtin.to_request("gpu-dev-train-001", hyperparameter_overrides={"lr": 0.01})
+    assert request["HyperParameters"] == {**derived, **base, "lr": "0.01"}
+    assert request["Environment"] == launcher
+    assert replace(builtin, code=None).to_request("gpu-dev-train-001")["HyperParameters"] == {**derived, **base}
+    assert "Environment" not in replace(builtin, code=None).to_request("gpu-dev-train-001")  # the image's own entry
+
+    own = replace(builtin, code=replace(_CODE, builtin=False))  # a setup configured with its own code
+    request = own.to_request("gpu-dev-train-001", hyperparameter_overrides={"lr": 0.01})
+    assert request["HyperParameters"] == {**base, "lr": "0.01"} and request["Environment"] == launcher
+
+    other = builtin.with_other_code(replace(_CODE, source_s3_uri="s3://gpu-dev-artifacts/code/x.tar.gz", builtin=False))
+    assert other.hyperparameters == {} and other.processes_per_host == 2  # the setup's choice of processes stays
+    request = other.to_request("gpu-dev-train-001", hyperparameter_overrides={"lr": 0.01})
+    assert request["HyperParameters"] == {"lr": "0.01"} and request["Environment"] == launcher
+    own_env = replace(other, environment={"GPU_TRAIN_NUM_WORKERS": "0", "X": "1"})
+    assert own_env.to_request("gpu-dev-train-001")["Environment"] == {
+        **launcher,
+        "GPU_TRAIN_NUM_WORKERS": "0",
+        "X": "1",
+    }
+
+
+def test_the_launchers_environment_names_are_the_launchers() -> None:
+    from gpu_train.launcher import LAUNCHER_SETTINGS
+
+    assert {name: LAUNCHER_SETTINGS[name] for name in LAUNCHER_ENVIRONMENT} == LAUNCHER_ENVIRONMENT
