@@ -66,7 +66,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import gpu_train
-from gpu_train import gpu_check, hyperparameters, sagemaker
+from gpu_train import gpu_check, hyperparameters, sagemaker, toolkit_env
 from gpu_train.errors import ChannelError, ConfigError
 from gpu_train.failure import (
     cause,
@@ -762,6 +762,8 @@ def script_environment(
         values["SM_CURRENT_INSTANCE_TYPE"] = env.resource.current_instance_type
     if env.resource.network_interface_name:
         values["SM_NETWORK_INTERFACE_NAME"] = env.resource.network_interface_name
+    # The rest of the training toolkit's variables, in its formats (SM_TRAINING_ENV, SM_RESOURCE_CONFIG, ...).
+    values.update(toolkit_env.variables(env, base, entry=entry, num_gpus=job.num_gpus))
     child = dict(base)
     for name, value in values.items():
         child.setdefault(name, value)

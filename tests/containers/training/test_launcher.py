@@ -229,14 +229,22 @@ def test_script_gets_hyperparameters_as_arguments_and_the_sagemaker_environment(
     args = ["--lr", "0.5", "--optimizer", "adamw"]  # sorted by name (the toolkit's order), the SDK's names left out
     assert seen["argv"] == args and seen["lr"] == 0.5 and seen["optimizer"] == "adamw" and seen["helper"] == 42
     assert seen["name"] == "__main__" and seen["cwd"] == str(code_dir) and seen["path0"] == str(code_dir)
-    assert seen["env"] == {
+    # The toolkit's other variables (test_toolkit_env_parity.py compares every one with the toolkit's value).
+    toolkit_rest = {
+        "SM_CHANNEL_TRAIN-DATA.V2", "SM_CURRENT_INSTANCE_GROUP", "SM_CURRENT_INSTANCE_GROUP_HOSTS",
+        "SM_DISTRIBUTION_INSTANCE_GROUPS", "SM_FRAMEWORK_MODULE", "SM_FRAMEWORK_PARAMS", "SM_INPUT_DATA_CONFIG",
+        "SM_INSTANCE_GROUPS", "SM_INSTANCE_GROUPS_DICT", "SM_IS_HETERO", "SM_LOG_LEVEL", "SM_MODULE_DIR",
+        "SM_MODULE_NAME", "SM_NUM_NEURONS", "SM_OUTPUT_INTERMEDIATE_DIR", "SM_RESOURCE_CONFIG", "SM_TRAINING_ENV",
+    }  # fmt: skip
+    assert toolkit_rest <= set(seen["env"]) and seen["env"]["SM_MODULE_NAME"] == "train"
+    assert {k: v for k, v in seen["env"].items() if k not in toolkit_rest} == {
         "GPU_TRAIN_CHECKPOINT_DIR": str(root / "checkpoints"),
         "GPU_TRAIN_NUM_WORKERS": "3",
         "GPU_TRAIN_PROCESSES_PER_HOST": "1",
         "GPU_TRAIN_ROOT": str(root),
         "PYTHONPATH": _python_path(code_dir, TRAINING_DIR, *os.environ.get("PYTHONPATH", "").split(os.pathsep)),
         "PYTHONUNBUFFERED": "1",
-        "SM_CHANNELS": '["code", "train-data.v2"]',
+        "SM_CHANNELS": '["code","train-data.v2"]',  # the toolkit's compact JSON
         "SM_CHANNEL_CODE": str(job.code),
         "SM_CHANNEL_TRAIN_DATA_V2": str(root / "input" / "data" / "train-data.v2"),
         "SM_CURRENT_HOST": "algo-1",
@@ -689,7 +697,7 @@ def test_tensorflow_gets_memory_growth_and_tf_config_on_two_hosts(job: Job, fake
         "cluster": {"worker": ["algo-1:2222", "algo-2:2222"]},
         "task": {"type": "worker", "index": 1},
     }
-    assert env["SM_HOSTS"] == '["algo-1", "algo-2"]' and env["SM_CURRENT_HOST"] == "algo-2"
+    assert env["SM_HOSTS"] == '["algo-1","algo-2"]' and env["SM_CURRENT_HOST"] == "algo-2"
     assert "starting train.py (tensorflow) as 2 processes on 2 hosts" in output  # one per host
     assert "torch.distributed.run" not in output and "TensorFlow not imported" in output
 
