@@ -33,12 +33,12 @@ PACKAGES: dict[str, Path] = {
 #: Top-level modules that are not in a package.
 MODULES: dict[str, Path] = {"app": ROOT / "app.py"}
 
-#: The only files that may edit ``sys.path``: the runtimes put the user's ``code/`` folder on it (the script runner:
-#: the script's folder first, as ``python script.py`` does), and the launcher zipapp puts its own extracted folder
-#: and vendored wheels on it before anything of ``gpu_train`` can be imported.
+#: The only files that may edit ``sys.path``: the runtimes put the user's ``code/`` folder on it (the script runner
+#: needs none: it starts ``python script.py`` as a child, which puts the script's folder first itself), and the
+#: launcher zipapp puts its own extracted folder and vendored wheels on it before anything of ``gpu_train`` can be
+#: imported.
 SYS_PATH_ALLOWED = {
     ROOT / "containers" / "training" / "gpu_train" / "plugins.py",
-    ROOT / "containers" / "training" / "gpu_train" / "script_runner.py",
     ROOT / "containers" / "training" / "gpu_train" / "bootstrap.py",
     ROOT / "containers" / "inference" / "gpu_serve" / "handler.py",
 }
