@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LocalHostResult", "LocalJobError", "LocalJobResult", "run_local_job"]
+__all__ = ["LocalHostResult", "LocalJobError", "LocalJobResult", "local_code_channels", "run_local_job"]
 
 #: The instance type the local tree reports: the launcher then expects the GPUs this machine shows.
 LOCAL_INSTANCE_TYPE = "local"
@@ -71,6 +71,53 @@ class LocalJobResult:
     def failure(self) -> str | None:
         """The first host's failure text (what SageMaker would show as ``FailureReason``)."""
         return next((h.failure for h in self.hosts if h.failure), None)
+
+
+def local_code_channels(source_dir: Path | None, entry_point: str) -> dict[str, Path]:
+    """The ``code`` and ``sm_drivers`` channels of a local run: the package of ``source_dir`` (``None``: the
+    built-in trainer's code) and the launcher zipapp.
+
+    The launcher is built from the platform's training runtime folder where the library has one (a checkout of
+    the repository, or gpu-constructs installed from it), else from the ``gpu_train`` package installed next to
+    this gpuctl (the ``make wheel`` wheel, used from any folder): that zipapp holds no vendored wheels, as the
+    Python that runs it locally has the wheel's own requirements (xxhash). The built-in trainer's code ships
+    only with the runtime folder, so without it a local run needs ``source_dir``.
+    """
+    from gpu_constructs.errors import ValidationError
+    from gpu_constructs.training_spec import CODE_CHANNEL, DRIVERS_CHANNEL
+    from gpu_constructs.training_spec import code_package as packages
+
+    if source_dir is None and not packages.DEFAULT_CODE_DIR.is_dir():
+        raise LocalJobError(
+            f"the built-in trainer's code ({packages.DEFAULT_CODE_DIR.name}/) is not installed: it ships with a "
+            "checkout of the platform's repository (containers/training) and with gpu-constructs installed from "
+            "one, not with the gpuctl wheel; allowed: --source-dir FOLDER (your own training code), or run gpuctl "
+            "from a checkout"
+        )
+    try:
+        package_file, _ = packages.ensure_source_package(
+            packages.DEFAULT_CODE_DIR if source_dir is None else source_dir, entry_point
+        )
+        driver = packages.ensure_driver() if packages.DEFAULT_RUNTIME_DIR.is_dir() else _installed_driver()
+    except ValidationError as exc:
+        raise LocalJobError(str(exc)) from None
+    return {CODE_CHANNEL: package_file, DRIVERS_CHANNEL: driver}
+
+
+def _installed_driver() -> Path:
+    """The launcher zipapp of the ``gpu_train`` package this Python imports (no vendored wheels)."""
+    import importlib.util
+
+    from gpu_constructs.training_spec.code_package import ensure_driver
+
+    found = importlib.util.find_spec("gpu_train")
+    if found is None or found.origin is None:
+        raise LocalJobError(
+            "the platform's training runtime (the gpu_train package) is not installed with this gpuctl; allowed: "
+            "pip install the wheel of make wheel (dist/gpu_platform-*.whl), which holds it"
+        )
+    with tempfile.TemporaryDirectory(prefix="gpuctl-no-wheels-") as no_wheels:
+        return ensure_driver(Path(found.origin).parent.parent, Path(no_wheels))
 
 
 def _free_port() -> int:

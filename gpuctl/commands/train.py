@@ -73,7 +73,11 @@ def register(subparsers: Any) -> None:
         help="override one hyperparameter (repeatable), e.g. -p epochs=30 -p lr=0.2",
     )
     parser.add_argument("--dry-run", action="store_true", help="validate and print the exact request; send nothing")
-    parser.add_argument("--save-spec", metavar="FILE", help="write the job spec JSON to FILE (for --spec)")
+    parser.add_argument(
+        "--save-spec",
+        metavar="FILE",
+        help="write the job spec JSON to FILE (for --spec) and stop; with --dry-run or --local, go on to those",
+    )
     parser.add_argument(
         "--pipeline",
         action="store_true",
@@ -287,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("there is no job spec to save")
         Path(args.save_spec).write_text(json.dumps(json.loads(setup.spec_text), indent=2) + "\n")
         print(f"job spec written to {args.save_spec}", file=sys.stderr)
+        if not (args.dry_run or args.local):  # saving a spec (of --synth: placeholders) starts no job
+            return 0
     spec, request, job_name, upload = build_request(setup, args)
     if args.local:
         return _run_local(spec, request, args, job_name)
@@ -335,13 +341,7 @@ def _upload(setup: Setup, spec: Any, upload: CodeUpload) -> None:
 
 def _run_local(spec: Any, request: dict[str, Any], args: argparse.Namespace, job_name: str) -> int:
     """``--local``: the rendered request on this machine (code from --source-dir or the setup's default code)."""
-    from gpu_constructs.training_spec import CODE_CHANNEL, DRIVERS_CHANNEL
-    from gpu_constructs.training_spec.code_package import (
-        DEFAULT_CODE_DIR,
-        ensure_driver,
-        ensure_source_package,
-    )
-    from gpuctl.local_job import LocalJobError, run_local_job
+    from gpuctl.local_job import LocalJobError, local_code_channels, run_local_job
 
     if spec.code is None:
         raise UsageError("--local needs a setup whose jobs run code through the launcher; redeploy the stack")
@@ -353,12 +353,9 @@ def _run_local(spec: Any, request: dict[str, Any], args: argparse.Namespace, job
         print(json.dumps(request, indent=2))
         return 0
     channels: dict[str, Path] = {k: Path(v) for k, v in parse_pairs(args.channel, "--channel", "train=./data").items()}
-    source = args.source_dir if args.source_dir is not None else DEFAULT_CODE_DIR
-    package_file, _ = ensure_source_package(source, spec.code.entry_point)
-    channels[CODE_CHANNEL] = package_file
-    channels[DRIVERS_CHANNEL] = ensure_driver()
     output = args.output or Path("local-output") / job_name
-    try:
+    try:  # the code and the launcher: from the runtime folder of a checkout, else from this installation
+        channels.update(local_code_channels(args.source_dir, spec.code.entry_point))
         result = run_local_job(request, channels, output_dir=output)
     except LocalJobError as exc:
         raise UsageError(str(exc)) from None
