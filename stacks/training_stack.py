@@ -76,6 +76,7 @@ class TrainingStack(WorkloadStack):
             instance_count=training.instance_count,
             channels=channels,
             dataset_prefix=training.dataset_prefix,
+            readable_inputs=training.readable(),
             volume_size=Size.gibibytes(training.volume_size_gb),
             hyperparameters=training.hyperparameters,
             metric_definitions=(

@@ -10,11 +10,14 @@ catalog, SageMaker's service model, the platform's rules) and sent with boto3 Cr
     gpuctl train --instance-type ml.g5.12xlarge --dry-run     # print the exact request, send nothing
     gpuctl train --pipeline                        # run the deployed state machine instead (prepare step ...)
     gpuctl train --source-dir ./src --entry-point train.py -p lr=0.1 --instance-count 2   # your own script
-    gpuctl train --synth --local --source-dir ./src --channel train=./data  # the request on this machine, no AWS
+    gpuctl train --source-dir ./src --input training=s3://my-bucket/data/   # your own script, your own channels
+    gpuctl train --synth --local --source-dir ./src --channel training=./data  # the request on this machine, no AWS
 
 Your own code (``--source-dir``) is packaged (``.gpuignore`` honoured, 100 MiB at most), content-addressed and
 uploaded once with the artifacts KMS key to ``code/<prefix>/<sha256>/sourcedir.tar.gz``; the platform's launcher
-runs it on the setup's image (the stock PyTorch DLC too) with torchrun over every GPU and host.
+runs it on the setup's image (the stock PyTorch DLC too) with torchrun over every GPU and host. It gets exactly the
+input channels you name (--input NAME=s3://...; --dataset adds the setup's dataset channels), each under a prefix
+the job role may read (config training.readable_inputs); the setup's own code keeps the dataset channels.
 
 Errors from AWS are explained in plain words with the next step (quota, capacity, access, validation).
 gpuctl status, gpuctl logs and gpuctl stop share the options to find the setup (:mod:`gpuctl.training_setup`).
@@ -97,6 +100,28 @@ def register(subparsers: Any) -> None:
         metavar="NAME=REGEX",
         help="a metric SageMaker reads from the log (repeatable; replaces the setup's metric definitions)",
     )
+    inputs = parser.add_argument_group("input channels (default: the setup's dataset channels for its own code)")
+    inputs.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=S3_URI",
+        help="an input channel of the job (repeatable), e.g. --input training=s3://bucket/prefix/: /opt/ml/input/"
+        "data/NAME, SM_CHANNEL_NAME; under a prefix the job role may read (config training.readable_inputs)",
+    )
+    inputs.add_argument(
+        "--input-mode",
+        action="append",
+        default=[],
+        metavar="NAME=MODE",
+        help="the input mode of a channel: File (default for --input), FastFile or Pipe (repeatable)",
+    )
+    inputs.add_argument(
+        "--dataset",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the setup's dataset channels as well (default: yes for the setup's own code, no for --source-dir)",
+    )
     local = parser.add_argument_group("local run (no AWS, no Docker)")
     local.add_argument("--local", action="store_true", help="run the exact request on this machine in a temp /opt/ml")
     local.add_argument(
@@ -104,7 +129,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=FOLDER",
-        help="--local: the local folder of an input channel (repeatable)",
+        help="--local: the local folder of an input channel, one of the job's or a new one (repeatable)",
     )
     local.add_argument("--output", type=Path, help="--local: where model.tar.gz is left (default: ./local-output/JOB)")
     parser.add_argument("--wait", action="store_true", help="wait for the job to end and print its status")
@@ -206,6 +231,48 @@ def with_code(spec: Any, args: argparse.Namespace) -> tuple[Any, CodeUpload | No
     return (spec.with_changes(**changes) if changes else spec), upload
 
 
+def with_inputs(spec: Any, args: argparse.Namespace, *, own_code: bool) -> Any:
+    """The spec with the channels of ``--input`` (and, with ``--local``, the new channels of ``--channel``): after
+    the setup's dataset channels when ``--dataset`` says so, or by default when the job runs the setup's own code;
+    code given at run time gets exactly the channels its user names."""
+    from gpu_constructs.errors import ValidationError
+    from gpu_constructs.training_spec import input_channel
+
+    given = parse_pairs(args.input, "--input", "training=s3://bucket/prefix/")
+    modes = parse_pairs(args.input_mode, "--input-mode", "training=FastFile")
+    dataset = args.dataset if args.dataset is not None else own_code
+    names = {c.name for c in spec.channels} if dataset else set()
+    local = {} if not args.local else parse_pairs(args.channel, "--channel", "train=./data")
+    added = [name for name in local if name not in names and name not in given and not _reserved(name)]
+    unknown = sorted(set(modes) - set(given) - set(added))
+    if unknown:
+        raise UsageError(f"--input-mode {', '.join(unknown)}: no such --input; allowed: the name of an --input")
+    try:
+        channels = [input_channel(name, {"s3_uri": uri, **_mode(modes, name)}) for name, uri in given.items()]
+        # --local: a folder given for a channel the job does not have becomes one (its data never leaves here).
+        channels += [input_channel(name, {"s3_uri": _local_uri(spec), **_mode(modes, name)}) for name in added]
+    except ValidationError as exc:
+        raise UsageError(exc.detail) from None
+    if given and not spec.readable_inputs:
+        print("note: this setup publishes no readable prefixes: SageMaker checks the inputs' access", file=sys.stderr)
+    return spec.with_inputs(channels, dataset=dataset) if (channels or not dataset) else spec
+
+
+def _mode(modes: Mapping[str, str], name: str) -> dict[str, str]:
+    return {"input_mode": modes[name]} if name in modes else {}
+
+
+def _reserved(name: str) -> bool:
+    from gpu_constructs.training_spec.code import RESERVED_CHANNELS
+
+    return name in RESERVED_CHANNELS
+
+
+def _local_uri(spec: Any) -> str:
+    """The S3 URI a ``--local``-only channel stands at in the request: the first prefix the role may read."""
+    return spec.readable_inputs[0] if spec.readable_inputs else "s3://local-channel/"
+
+
 def check_requirements_route(source_dir: Path, files: Sequence[str], package_index: bool) -> None:
     """Refuse, before any job exists, a ``requirements.txt`` the job could not install."""
     from gpu_train.launcher import lists_packages  # the launcher's own rule of what it would install
@@ -237,6 +304,7 @@ def build_request(setup: Setup, args: argparse.Namespace) -> tuple[Any, dict[str
     except ValidationError as exc:
         raise UsageError(f"the job spec is not valid: {exc}") from None
     spec, upload = with_code(spec, args)
+    spec = with_inputs(spec, args, own_code=upload is None)
     overrides = parse_overrides(args.hyperparameter)
     job_name = args.job_name or default_job_name(spec.job_name_prefix)
     try:
@@ -373,7 +441,8 @@ def check_pipeline_options(args: argparse.Namespace) -> None:
     if args.instance_count is not None or args.metric or args.distribution or args.framework:
         raise UsageError(
             "--pipeline takes the setup's instance count, metrics, distribution and framework; allowed with "
-            "--pipeline: --source-dir, --entry-point, --instance-type, --data-version, -p"
+            "--pipeline: --source-dir, --entry-point, --instance-type, --data-version, -p, --input, --input-mode, "
+            "--dataset"
         )
 
 
@@ -393,6 +462,12 @@ def _start_pipeline(setup: Setup, args: argparse.Namespace, job_name: str, spec:
     overrides = parse_overrides(args.hyperparameter)
     if overrides:
         execution_input["hyperparameters"] = overrides
+    inputs = parse_pairs(args.input, "--input", "training=s3://bucket/prefix/")
+    if inputs:
+        modes = parse_pairs(args.input_mode, "--input-mode", "training=FastFile")
+        execution_input["inputs"] = {name: {"s3_uri": uri, **_mode(modes, name)} for name, uri in inputs.items()}
+    if args.dataset is not None:
+        execution_input["dataset"] = args.dataset
     if args.prepare:
         execution_input["prepare"] = True
     if args.dry_run:

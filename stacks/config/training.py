@@ -32,13 +32,13 @@ from gpu_constructs.training_spec import (
     runtime_limit_text,
     stopping_violations,
 )
-from gpu_constructs.training_spec.limits import CHANNEL_RE
+from gpu_constructs.training_spec.rules import channel_name_problem
 from stacks.config._base import Allowed, Check, EmailList, StrictModel
 
 if TYPE_CHECKING:
     from aws_cdk import Duration
 
-    from gpu_constructs.training import AlarmThresholds, PrepareOptions
+    from gpu_constructs.training import AlarmThresholds, PrepareOptions, ReadableInput
 
 HOUR_S = 3600
 
@@ -131,6 +131,74 @@ class TrainingCodeConfig(StrictModel):
     )
 
 
+#: S3 bucket names (S3 User Guide, "General purpose bucket naming rules": 3-63 lowercase letters, digits, dots and
+#: hyphens, starting and ending with a letter or digit).
+BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$")
+S3_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
+
+
+class ReadableInputConfig(StrictModel):
+    """An S3 prefix the training jobs may read: a channel a user names (gpuctl train --input, an execution's
+    `inputs`) must lie under one. The job role gets exactly s3:ListBucket of the prefix, s3:GetObject of its objects
+    and kms:Decrypt with the bucket's key."""
+
+    bucket: str | None = Field(
+        None, description="Bucket name; null (the default): the platform's datasets bucket, read with its data key"
+    )
+    prefix: str = Field(
+        "", description="Key prefix the jobs may read, ending in '/' (e.g. 'corpora/'); '' (the default): the bucket"
+    )
+    kms_key_arn: str | None = Field(
+        None,
+        description="ARN of the bucket's SSE-KMS key (the role gets kms:Decrypt with it); null: the bucket uses "
+        "SSE-S3, or it is the datasets bucket (its data key)",
+    )
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and (not BUCKET_NAME_RE.match(value) or ".." in value):
+            raise ValueError(
+                "allowed: null (the datasets bucket) or an S3 bucket name: 3-63 lowercase letters, digits, dots and "
+                "hyphens, starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value and (
+            not value.endswith("/") or value.startswith("/") or ".." in value or not S3_PREFIX_RE.match(value)
+        ):
+            raise ValueError(
+                "allowed: '' (the whole bucket) or a relative S3 key prefix ending in '/', e.g. 'corpora/'"
+            )
+        return value
+
+    @field_validator("kms_key_arn")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None and not KMS_KEY_ARN_RE.match(value):
+            raise ValueError("allowed: null or a KMS key ARN, arn:aws:kms:<region>:<account>:key/<key id>")
+        return value
+
+    @model_validator(mode="after")
+    def _datasets_key(self) -> ReadableInputConfig:
+        if self.bucket is None and self.kms_key_arn is not None:
+            raise ValueError(
+                "kms_key_arn is set for the datasets bucket (bucket: null), which uses the data key; "
+                "allowed: kms_key_arn only with a bucket"
+            )
+        return self
+
+    def readable_input(self) -> ReadableInput:
+        """The library's :class:`~gpu_constructs.training.ReadableInput`."""
+        from gpu_constructs.training import ReadableInput
+
+        return ReadableInput(bucket_name=self.bucket, prefix=self.prefix, kms_key_arn=self.kms_key_arn)
+
+
 class TrainingPrepareConfig(StrictModel):
     """The optional prepare step: a SageMaker processing job running `gpuctl shard` in the training image."""
 
@@ -201,7 +269,17 @@ class TrainingConfig(StrictModel):
     dataset_prefix: str = Field(
         "imagenet/", description="Datasets-bucket prefix of the dataset: <prefix><data_version>/<channel>/"
     )
-    channels: tuple[str, ...] = Field(("train", "validation"), description="Channel (split) names")
+    channels: tuple[str, ...] = Field(
+        ("train", "validation"),
+        description="The dataset's channel (split) names: the built-in trainer's and training.code's inputs (code "
+        "given at run time gets them only when asked: gpuctl train --dataset, an execution's dataset: true)",
+    )
+    readable_inputs: tuple[ReadableInputConfig, ...] = Field(
+        default_factory=lambda: (ReadableInputConfig(),),
+        description="S3 prefixes the jobs may read: the channels a user names (gpuctl train --input NAME=S3_URI, an "
+        "execution's inputs) must lie under one, or gpuctl and the state machine refuse them before any job exists. "
+        "Default: the platform's datasets bucket. The dataset prefix is always readable",
+    )
     data_version: Annotated[
         str,
         Field(pattern=DATA_VERSION_PATTERN),
@@ -273,9 +351,22 @@ class TrainingConfig(StrictModel):
     def _channels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value:
             raise ValueError("must list at least one channel, e.g. [train, validation]")
-        bad = [c for c in value if not CHANNEL_RE.match(c)]
-        if bad or len(set(value)) != len(value):
-            raise ValueError(f"channel names must be unique and use A-Z a-z 0-9 . _ - (bad: {bad or 'duplicates'})")
+        problems = [p for p in (channel_name_problem(c) for c in value) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        if len(set(value)) != len(value):
+            raise ValueError(
+                f"channel names must be unique (repeated: {sorted({c for c in value if value.count(c) > 1})})"
+            )
+        return value
+
+    @field_validator("readable_inputs")
+    @classmethod
+    def _readable(cls, value: tuple[ReadableInputConfig, ...]) -> tuple[ReadableInputConfig, ...]:
+        seen = [(item.bucket, item.prefix) for item in value]
+        repeated = sorted({f"{b or 'datasets bucket'}/{p}" for b, p in seen if seen.count((b, p)) > 1})
+        if repeated:
+            raise ValueError(f"each bucket and prefix once (repeated: {repeated})")
         return value
 
     @model_validator(mode="after")
@@ -299,6 +390,10 @@ class TrainingConfig(StrictModel):
                 param=HP_PROCESSES_PER_HOST,
             )
         return self
+
+    def readable(self) -> list[ReadableInput]:
+        """``readable_inputs`` as the library's :class:`~gpu_constructs.training.ReadableInput` values."""
+        return [item.readable_input() for item in self.readable_inputs]
 
     def max_runtime(self) -> Duration:
         """``max_runtime_hours`` as the library's ``max_runtime``."""

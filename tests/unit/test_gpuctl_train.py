@@ -777,7 +777,7 @@ def test_source_dir_is_uploaded_once_with_the_setups_kms_key(
         aws.stub("sagemaker").add_response(
             "create_training_job",
             {"TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}"},
-            spec.with_other_code(sent).to_request(name),
+            spec.with_other_code(sent).with_inputs(dataset=False).to_request(name),  # your code: only your inputs
         )
     argv = ["train", "--spec", str(spec_file), "--region", REGION, "--source-dir", str(source)]
 
@@ -833,7 +833,7 @@ def test_local_failure_exits_1_with_the_scripts_reason(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "channels ['train'] have no local data; allowed: --channel NAME=FOLDER for each of them"),
+        (["--dataset"], "channels ['train'] have no local data; allowed: --channel NAME=FOLDER for each of them"),
         (["--channel", "train"], "--channel 'train' is not NAME=VALUE; allowed: e.g. --channel train=./data"),
         (["--channel", "train=MISSING"], "does not exist; allowed: an existing folder or file"),
         (["--channel", "train=SRC", "--pipeline"], "allowed: --local or --pipeline, not both"),

@@ -13,7 +13,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from asl_runner import evaluate_jsonata
+from asl_runner import evaluate_jsonata, run
 from aws_cdk import assertions
 from aws_cdk import aws_iam as iam
 
@@ -114,6 +114,12 @@ def samples(parameters: Any, found: dict[str, Any] | None = None) -> dict[str, A
 def _sample_for(key: str, path: str) -> Any:
     if key == "HyperParameters":
         return {"epochs": "1", "processes_per_host": "1", "num_workers": "2"}
+    if key == "InputDataConfig":  # the MergeInputs state's: a user's channel and the code's
+        file = {"S3DataType": "S3Prefix", "S3DataDistributionType": "FullyReplicated"}
+        return [
+            {"ChannelName": name, "DataSource": {"S3DataSource": {**file, "S3Uri": uri}}, "InputMode": "File"}
+            for name, uri in (("training", "s3://b/data/"), ("code", "s3://b/c.tar.gz"), ("sm_drivers", "s3://b/d"))
+        ]
     if key == "InstanceType":
         return "ml.g5.2xlarge"
     if key in ("TrainingJobName", "ProcessingJobName"):
@@ -187,10 +193,15 @@ def test_train_state_is_a_sync_sagemaker_task_whose_parameters_validate(dev: dic
 def test_dev_is_single_gpu_fastfile(dev: dict) -> None:
     parameters = definition(dev)["States"]["Train"]["Parameters"]
     assert parameters["ResourceConfig"]["InstanceCount"] == 1
-    channels = {c["ChannelName"]: c for c in parameters["InputDataConfig"]}
+    # The channels are the MergeInputs state's: the dataset's for the setup's code, the code's last.
+    assert parameters["InputDataConfig.$"] == "$.run.input_data_config"
+    sent = run(definition(dev), {}).task("Train").parameters
+    code = definition(dev)["States"]["Defaults"]["Parameters"]["defaults"]["code"]
+    channels = {c["ChannelName"]: c for c in sent["InputDataConfig"]}
+    assert list(channels) == ["train", "validation", "code", "sm_drivers"]
     assert {channels[name]["InputMode"] for name in ("train", "validation")} == {"FastFile"}
     # The code package (from the execution input, the synthesized asset by default) and the launcher, in File mode.
-    assert channels["code"]["DataSource"]["S3DataSource"]["S3Uri.$"] == "$.args.code"
+    assert channels["code"]["DataSource"]["S3DataSource"]["S3Uri"] == code
     assert channels["code"]["InputMode"] == channels["sm_drivers"]["InputMode"] == "File"
     driver = channels["sm_drivers"]["DataSource"]["S3DataSource"]["S3Uri"]
     assert driver.startswith("s3://cdk-hnb659fds-assets-") and driver.endswith(".pyz")
@@ -211,12 +222,12 @@ def test_prod_is_multi_host_fsx_spot_with_checkpoints(prod: dict) -> None:
     assert parameters["StoppingCondition"] == {"MaxRuntimeInSeconds": 48 * 3600, "MaxWaitTimeInSeconds": 96 * 3600}
     assert parameters["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
     assert "checkpoints/gpu-prod-train/{}/" in parameters["CheckpointConfig"]["S3Uri.$"]
-    for channel in parameters["InputDataConfig"]:
+    for channel in run(definition(prod), {"data_version": "v9"}).task("Train").parameters["InputDataConfig"]:
         if channel["ChannelName"] in ("code", "sm_drivers"):
             continue
         fsx = channel["DataSource"]["FileSystemDataSource"]
         assert fsx["FileSystemType"] == "FSxLustre" and fsx["FileSystemAccessMode"] == "ro"
-        assert fsx["DirectoryPath.$"].startswith("States.Format('/abcdefgh/datasets/imagenet/{}/")
+        assert fsx["DirectoryPath"].startswith("/abcdefgh/datasets/imagenet/v9/")
         assert channel["InputMode"] == "File"
     assert parameters["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]  # the file system's subnet only
     derive = definition(prod)["States"]["Derive8x10"]
@@ -314,7 +325,8 @@ def test_execution_role_is_least_privilege(dev: dict) -> None:
     assert not any(a.startswith("s3:") and "*" in a for s in statements for a in as_list(s["Action"]))
     reads = [s for s in statements if "s3:GetObject" in as_list(s["Action"])]
     read_paths = [json.dumps(r) for s in reads for r in as_list(s["Resource"])]
-    assert any(p.endswith('"/imagenet/*"]]}') for p in read_paths)
+    # config training.readable_inputs' default: the whole datasets bucket (which covers the dataset prefix).
+    assert any("Datasets" in p and p.endswith('"/*"]]}') for p in read_paths), read_paths
     writes = [s for s in statements if "s3:PutObject" in as_list(s["Action"])]
     assert [json.dumps(s["Resource"]).endswith('"/output/gpu-dev-train/*"]]}') for s in writes] == [True]
     assert all(s["Effect"] == "Allow" and "*" not in as_list(s["Action"]) for s in statements)

@@ -42,7 +42,7 @@ from gpu_constructs.training.acknowledgments import (
     STAR_RESOURCE_REASON,
 )
 from gpu_constructs.training.definition import hyperparameter_expression
-from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, TrainingImageLike
+from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, ReadableInput, TrainingImageLike
 from gpu_constructs.training.pipeline import TrainingPipeline
 from gpu_constructs.training.roles import (
     PROCESSING_NAMESPACE,
@@ -61,6 +61,7 @@ __all__ = [
     "TRAINING_NAMESPACE",
     "AlarmThresholds",
     "PrepareOptions",
+    "ReadableInput",
     "TrainingImageLike",
     "TrainingPipeline",
     "hyperparameter_expression",

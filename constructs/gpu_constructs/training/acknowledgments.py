@@ -39,7 +39,14 @@ def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
     acknowledged, so cdk-nag still reports it.
     """
     prefix = pipeline.job_name_prefix
-    prefixes = [pipeline.dataset_prefix, f"output/{prefix}/", f"checkpoints/{prefix}/", pipeline.code_prefix]
+    readable = [p if not p or p.endswith("/") else p + "/" for p in (r.prefix for r in pipeline.readable_options)]
+    prefixes = [
+        pipeline.dataset_prefix,
+        f"output/{prefix}/",
+        f"checkpoints/{prefix}/",
+        pipeline.code_prefix,
+        *dict.fromkeys(readable),
+    ]
     if pipeline.source_prefix:
         prefixes.append(pipeline.source_prefix)
     objects = "|".join(re.escape(p) for p in prefixes)
@@ -53,9 +60,10 @@ def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
         ),
         (
             rf"Resource::[^*]*/({objects})\*",
-            "Safe because the wildcard is the object-key suffix under one prefix of one platform bucket (the "
-            "dataset, raw files, job output, checkpoints or code packages of this setup), since SageMaker names "
-            "the objects and code packages are named by their content hash",
+            "Safe because the wildcard is the object-key suffix under one prefix of one bucket (the dataset, raw "
+            "files, job output, checkpoints or code packages of this setup, or a prefix its config declares "
+            "readable, training.readable_inputs), since SageMaker names the objects, code packages are named by "
+            "their content hash and a job reads every object of the prefix its user names",
         ),
         (
             rf"Resource::{arn}:logs:[^*]*:log-group:/aws/sagemaker/(TrainingJobs|ProcessingJobs):\*",

@@ -2,7 +2,7 @@
 
     Init -> Defaults -> MergeInput -> Arguments -> ValidateJobName -> ValidateCode -> ValidateInstanceType
          -> Derive<procs>x<workers>
-         -> MergeHyperparameters -> ValidateHyperparameters -> [PrepareData? -> ShardDataset] -> Train
+         -> MergeHyperparameters -> MergeInputs -> ValidateHyperparameters -> [PrepareData? -> ShardDataset] -> Train
          -> RecordResult -> Output -> Succeeded
 
 A failed job is described and ends in a Fail state whose cause is the job's ``FailureReason``. Every state is a
@@ -12,7 +12,7 @@ child of the pipeline construct, with a stable id.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from aws_cdk import Stack
@@ -23,20 +23,32 @@ from gpu_constructs.catalog import processes_per_host_limit
 from gpu_constructs.errors import path_of
 from gpu_constructs.training.roles import JobKind, job_arn
 from gpu_constructs.training_spec import (
+    CHANNEL_NAME_MAX,
+    CHANNEL_NAME_PATTERN,
+    CODE_CHANNEL,
+    DATA_VERSION_PLACEHOLDER,
     HP_NUM_WORKERS,
     HP_PROCESSES_PER_HOST,
+    INPUT_MODES,
+    MAX_CHANNELS,
     PROCESSES_PER_HOST_PATTERN,
+    USER_INPUT_MODE,
     SfnPaths,
     hyperparameter_limits,
 )
+from gpu_constructs.training_spec.code import RESERVED_CHANNELS
+from gpu_constructs.training_spec.limits import CHANNEL_NAME_ALLOWED
+from gpu_constructs.training_spec.rules import READABLE_WHERE
 
 if TYPE_CHECKING:
     from gpu_constructs.training.options import PrepareOptions
     from gpu_constructs.training.pipeline import TrainingPipeline
 
-__all__ = ["definition", "hyperparameter_expression"]
+__all__ = ["definition", "hyperparameter_expression", "input_expression"]
 
-_PATHS = SfnPaths(hyperparameters="$.run.hyperparameters", distribution="$.derived")
+_PATHS = SfnPaths(
+    hyperparameters="$.run.hyperparameters", distribution="$.derived", input_data_config="$.run.input_data_config"
+)
 
 
 def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.IChainable:
@@ -63,10 +75,26 @@ def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOp
         pipeline, "ValidateHyperparameters", comment="Fail with every problem before SageMaker is called"
     )
     check_hp.when(sfn.Condition.jsonata("{% $count($states.input.run.problems) > 0 %}"), bad_hp)
+    code = pipeline.spec.code
+    merge_inputs = sfn.Pass.jsonata(
+        pipeline,
+        "MergeInputs",
+        comment="The job's channels: the execution's inputs (each under a prefix the job role may read), the setup's "
+        "dataset channels for the setup's code or with dataset: true, the code's; problems added",
+        outputs="{% "
+        + input_expression(
+            [c.render(DATA_VERSION_PLACEHOLDER) for c in pipeline.spec.channels],
+            pipeline.readable_inputs,
+            code_channels=code.channels() if code is not None else None,
+            code=_code_kind(pipeline),
+        )
+        + " %}",
+    )
+    merge_hp.next(merge_inputs)
     if prepare is not None and pipeline.sharding_spec is not None:
-        merge_hp.next(check_hp.otherwise(_prepare_branch(pipeline, train)))
+        merge_inputs.next(check_hp.otherwise(_prepare_branch(pipeline, train)))
     else:
-        merge_hp.next(check_hp.otherwise(train))
+        merge_inputs.next(check_hp.otherwise(train))
     return start.next(check_name)
 
 
@@ -86,6 +114,7 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
         "instance_type": pipeline.spec.instance_type,
         "data_version": data_version,
         "hyperparameters": {},
+        "inputs": {},
     }
     code = pipeline.spec.code
     if code is not None:
@@ -444,5 +473,123 @@ def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKin
     $isObject ? [] : ['hyperparameters=' & $string($given) & ' is not allowed; allowed: an object of name: value'],
     $type_problems), $size_problems), $count_problem), $procs_problem);
   $merge([$in, {{'run': {{'hyperparameters': $values, 'problems': $problems}}}}])
+)""".split()
+    )
+
+
+def _literal(value: Any, version: str) -> str:
+    """``value`` (JSON) as a JSONata expression in which ``{data_version}`` of a string is the expression
+    ``version``."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_literal(v, version)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v, version) for v in value) + "]"
+    if isinstance(value, str) and DATA_VERSION_PLACEHOLDER in value:
+        return "(" + f" & {version} & ".join(json.dumps(p) for p in value.split(DATA_VERSION_PLACEHOLDER)) + ")"
+    return json.dumps(value)
+
+
+def input_expression(
+    dataset_channels: Sequence[Mapping[str, Any]],
+    readable: Sequence[str],
+    *,
+    code_channels: Sequence[Mapping[str, Any]] | None,
+    code: CodeKind = None,
+) -> str:
+    """The JSONata expression of the ``MergeInputs`` state (without the ``{% %}`` delimiters): the job's
+    ``InputDataConfig`` in ``run.input_data_config``, its problems added to ``run.problems``.
+
+    The execution input's ``inputs`` names the job's S3 channels, as the SageMaker SDK's ``fit({"training":
+    "s3://..."})`` does: ``{"inputs": {"training": "s3://bucket/prefix/"}}`` or ``{"training": {"s3_uri": ...,
+    "input_mode": "File"}}`` (File unless given, SageMaker's default). ``dataset`` (true/false) keeps the setup's
+    dataset channels (``dataset_channels``, rendered with ``{data_version}``, which becomes the execution's
+    ``data_version``); by default the setup's code keeps them (``code``: what the setup's jobs run; with a code
+    package, only when the execution runs the setup's package, ``args.code = static.code``) and code the execution
+    names gets only its inputs. The code's channels (``code_channels``, the ``code`` channel reading ``args.code``)
+    come last.
+
+    The problems, each naming the input and what is allowed, are the rules ``gpuctl train`` applies through
+    :class:`~gpu_constructs.training_spec.TrainingJobSpec`: a channel name per botocore's ``ChannelName``
+    (:data:`~gpu_constructs.training_spec.CHANNEL_NAME_PATTERN`, at most 64 characters), not the runtime's own
+    channels (``code``, ``sm_drivers``) nor, with the dataset, a dataset channel; an ``s3://`` URI under one of
+    ``readable`` (:func:`~gpu_constructs.training_spec.readable_problem`: what the job role may read); an input
+    mode of :data:`~gpu_constructs.training_spec.INPUT_MODES`; at most
+    :data:`~gpu_constructs.training_spec.MAX_CHANNELS` channels in all. The ``ValidateHyperparameters`` choice
+    fails on any of them, before CreateTrainingJob.
+    """
+    own = "true" if code is None else "$in.args.code = $in.static.code"
+    names = [c["ChannelName"] for c in dataset_channels]
+    runtime = "[]"
+    if code_channels is not None:
+        first, *rest = code_channels
+        assert first["ChannelName"] == CODE_CHANNEL
+        code_channel = {**first, "DataSource": {"S3DataSource": {**first["DataSource"]["S3DataSource"], "S3Uri": ""}}}
+        runtime = (
+            "["
+            + ", ".join(
+                [
+                    _literal(code_channel, "$version").replace('"S3Uri": ""', '"S3Uri": $in.args.code'),
+                    *(_literal(c, "$version") for c in rest),
+                ]
+            )
+            + "]"
+        )
+    modes = ", ".join(INPUT_MODES)
+    q = json.dumps
+    user_mode = q(USER_INPUT_MODE)
+    unreadable = q(f"' is not readable by the job role; allowed: a URI under {', '.join(readable)} ({READABLE_WHERE})")
+    return " ".join(
+        f"""(
+  $in := $states.input;
+  $given := $in.args.inputs;
+  $isObject := $type($given) = 'object';
+  $inputs := $isObject ? $given : {{}};
+  $own := {own};
+  $flag := $in.args.dataset;
+  $flagOk := $not($exists($flag)) or $type($flag) = 'boolean';
+  $dataset := ($exists($flag) and $flagOk) ? $flag : $own;
+  $version := $in.args.data_version;
+  $readable := {q(list(readable))};
+  $uriOf := function($v) {{ $type($v) = 'string' ? $v : $v.s3_uri }};
+  $modeOf := function($v) {{ ($type($v) = 'object' and $exists($v.input_mode)) ? $v.input_mode : {user_mode} }};
+  $channel := function($k) {{(
+    $v := $lookup($inputs, $k);
+    {{'ChannelName': $k, 'DataSource': {{'S3DataSource': {{'S3DataType': 'S3Prefix', 'S3Uri': $uriOf($v),
+      'S3DataDistributionType': 'FullyReplicated'}}}}, 'InputMode': $modeOf($v)}}
+  )}};
+  $problem := function($k) {{(
+    $v := $lookup($inputs, $k);
+    $shapeOk := $type($v) = 'string' or ($type($v) = 'object' and $type($v.s3_uri) = 'string'
+      and $count($filter($keys($v), function($key) {{ $not($key in ['s3_uri', 'input_mode']) }})) = 0);
+    $uri := $uriOf($v);
+    $mode := $modeOf($v);
+    [
+      $not($contains($k, /{CHANNEL_NAME_PATTERN}/) and $length($k) <= {CHANNEL_NAME_MAX})
+        ? {q("channel name='")} & $k & {q("' is not allowed; allowed: " + CHANNEL_NAME_ALLOWED)},
+      $k in {q(list(RESERVED_CHANNELS))} ? 'inputs.' & $k
+        & {q(" is a channel of the runtime (the code package and its launcher); allowed: another name")},
+      ($dataset and $k in {q(names)}) ? 'inputs.' & $k
+        & {q(f" is one of the setup's dataset channels {names}; allowed: another name, or dataset: false")},
+      $not($shapeOk) ? 'inputs.' & $k & '=' & $string($v)
+        & {q(f" is not allowed; allowed: an s3:// URI, or an object with s3_uri and optionally input_mode ({modes})")},
+      ($shapeOk and $count($filter($readable, function($p) {{ $substring($uri, 0, $length($p)) = $p }})) = 0)
+        ? {q("channel '")} & $k & {q("': s3_uri='")} & $uri
+        & {unreadable},
+      ($shapeOk and $not($mode in {q(list(INPUT_MODES))})) ? {q("channel '")} & $k & {q("': input_mode=")}
+        & $string($mode) & {q(" is not allowed; allowed: " + modes)}
+    ]
+  )}};
+  $names := $isObject ? $keys($inputs) : [];
+  $channels := $append($append($dataset = true ? {_literal(list(dataset_channels), "$version")} : [],
+    $map($names, $channel)), {runtime});
+  $problems := $append($append($append($append(
+    $in.run.problems,
+    ($exists($given) and $not($isObject)) ? ['inputs=' & $string($given)
+      & {q(" is not allowed; allowed: an object of channel name: s3:// URI")}] : []),
+    $flagOk ? [] : ['dataset=' & $string($flag) & ' is not allowed; allowed: true or false']),
+    $reduce($map($names, $problem), function($all, $each) {{ $append($all, $each) }}, [])),
+    $count($channels) > {MAX_CHANNELS} ? [$count($channels)
+      & {q(f" input channels; allowed: at most {MAX_CHANNELS} (CreateTrainingJob)")}] : []);
+  $merge([$in, {{'run': $merge([$in.run, {{'input_data_config': $channels, 'problems': $problems}}])}}])
 )""".split()
     )

@@ -11,11 +11,29 @@ from gpu_constructs.errors import fail
 from gpu_constructs.images import ImageLike
 from gpu_constructs.training_spec.rules import alarm_threshold_problems
 
-__all__ = ["AlarmThresholds", "PrepareOptions", "TrainingImageLike"]
+__all__ = ["AlarmThresholds", "PrepareOptions", "ReadableInput", "TrainingImageLike"]
 
 
 #: What the pipeline needs from an image (``gpu_constructs.images.GpuImage`` provides it): the one image protocol.
 TrainingImageLike = ImageLike
+
+
+@dataclass(frozen=True)
+class ReadableInput:
+    """An S3 prefix the training jobs may read: the channels a user names (``gpuctl train --input``, an execution's
+    ``inputs``) must lie under one of the setup's readable inputs.
+
+    The job role is granted exactly: ``s3:ListBucket`` on the bucket with an ``s3:prefix`` condition for the prefix
+    (none for the whole bucket), ``s3:GetObject`` on ``<prefix>*`` and ``kms:Decrypt`` with the bucket's key.
+
+    :param bucket_name: the bucket (default: ``None``, the platform's datasets bucket, with its data key).
+    :param prefix: the key prefix (default ``""``: the whole bucket); a non-empty prefix ends in ``/``.
+    :param kms_key_arn: the bucket's SSE-KMS key (default: none: SSE-S3; the datasets bucket uses its own key).
+    """
+
+    bucket_name: str | None = None
+    prefix: str = ""
+    kms_key_arn: str | None = None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from gpu_constructs.topics import notification_topic
 from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON, acknowledge_policy
 from gpu_constructs.training.definition import definition
 from gpu_constructs.training.monitoring import add_alarms, add_dashboard, add_failure_rules
-from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, TrainingImageLike
-from gpu_constructs.training.roles import grant_run_jobs, grant_state_machine, job_policy, job_role
+from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, ReadableInput, TrainingImageLike
+from gpu_constructs.training.roles import grant_read_inputs, grant_run_jobs, grant_state_machine, job_policy, job_role
 from gpu_constructs.training_spec import (
     DATA_VERSION_PLACEHOLDER,
     DEFAULT_ENTRY_POINT,
@@ -108,6 +108,9 @@ class TrainingPipeline(RoleConnectable, Construct):
     :param package_index: the jobs have a route to a package index, so a ``requirements.txt`` of the code is
         installed from it (default: True only for jobs outside a VPC without network isolation; the platform's
         stacks pass what the network reaches). Without one only wheels vendored into the code are installed.
+    :param readable_inputs: the S3 prefixes the jobs may read (:class:`ReadableInput`): the channels a user names
+        (``gpuctl train --input``, an execution's ``inputs``) must lie under one, checked before any job is created;
+        the job role reads exactly these and the dataset prefix (default: the whole datasets bucket).
     :param role: an existing execution role of the training jobs, trusted by ``sagemaker.amazonaws.com``
         (default: a new role). The setup adds its grants (datasets prefix, artifacts prefixes, image pull,
         logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
@@ -158,6 +161,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         distribution: Distribution = "auto",
         framework: Framework = "auto",
         package_index: bool | None = None,
+        readable_inputs: Sequence[ReadableInput] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._validate_image(image, instance_type)
@@ -182,7 +186,11 @@ class TrainingPipeline(RoleConnectable, Construct):
         # -- the execution role and the job spec --------------------------------------------------------
         output_prefix = f"output/{job_name_prefix}/"
         checkpoint_prefix = f"checkpoints/{job_name_prefix}/"
-        self.role = self._execution_role(role, vpc, dataset_prefix, output_prefix, checkpoint_prefix if spot else None)
+        #: What the jobs may read besides the dataset prefix (default: the whole datasets bucket).
+        self.readable_options = (ReadableInput(),) if readable_inputs is None else tuple(readable_inputs)
+        self.role = self._execution_role(role, vpc, output_prefix, checkpoint_prefix if spot else None)
+        #: ``s3://bucket/prefix`` of everything the job role may read as input (user-named channels included).
+        self.readable_inputs = grant_read_inputs(self, self.role, self.readable_options, self.dataset_prefix)
         ref = lookup(instance_type, where=path_of(self))
         artifacts = storage.artifacts_bucket.bucket_name
         code = self._code(
@@ -222,6 +230,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             job_name_prefix=job_name_prefix,
             tags=dict(tags or {}),
             code=code,
+            readable_inputs=self.readable_inputs,
         ).validate(path_of(self))
         self.allowed_instance_types = self._allowed_types(allowed_instance_types)
 
@@ -387,13 +396,12 @@ class TrainingPipeline(RoleConnectable, Construct):
         self,
         existing: iam.IRole | None,
         vpc: ec2.IVpc | None,
-        dataset_prefix: str,
         output_prefix: str,
         checkpoint_prefix: str | None,
     ) -> iam.IRole:
-        """The training jobs' role: reads the dataset prefix, writes the output (and checkpoint) prefix, pulls."""
+        """The training jobs' role: writes the output (and checkpoint) prefix, pulls the image (what it reads:
+        :func:`~gpu_constructs.training.roles.grant_read_inputs`)."""
         role = self._job_role("ExecutionRole", "training", vpc, existing)
-        self.storage.grant_read_datasets(role, dataset_prefix)
         self.storage.grant_write_artifacts(role, output_prefix)
         if checkpoint_prefix is not None:
             self.storage.grant_read_write_checkpoints(role, checkpoint_prefix)

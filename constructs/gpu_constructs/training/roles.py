@@ -3,15 +3,19 @@ each scoped to the setup's job-name prefix."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
 
-from gpu_constructs.storage import grant_objects
+from gpu_constructs.storage import _normalize_prefix, grant_objects
 
 if TYPE_CHECKING:
+    from gpu_constructs.training.options import ReadableInput
     from gpu_constructs.training.pipeline import TrainingPipeline
 
 __all__ = ["SAGEMAKER_VPC_ACTIONS", "SYNC_RULES"]
@@ -112,6 +116,43 @@ def job_role(
     if vpc is not None:
         _grant_vpc_jobs(role, stack, vpc)
     return role
+
+
+def grant_read_inputs(
+    pipeline: TrainingPipeline, role: iam.IRole, readable: Sequence[ReadableInput], dataset_prefix: str
+) -> tuple[str, ...]:
+    """Let the job role read exactly the setup's readable inputs and its dataset prefix; their ``s3://bucket/prefix``
+    URIs (what the spec, ``gpuctl`` and the state machine check a user's inputs against).
+
+    Per input: ``s3:ListBucket`` on the bucket, with an ``s3:prefix`` condition for the prefix (SageMaker lists every
+    ``S3Prefix`` channel before it downloads it; no condition for the whole bucket), ``s3:GetObject`` on
+    ``<prefix>*`` and ``kms:Decrypt`` with the bucket's key (the data key for the datasets bucket, ``kms_key_arn``
+    for another bucket). The dataset prefix (the setup's own channels) gets its own grant unless a readable input
+    of the datasets bucket covers it."""
+    uris: list[str] = []
+    datasets = pipeline.storage.datasets_bucket
+    covered = False
+    for index, item in enumerate(readable):
+        prefix = _normalize_prefix(pipeline, f"readable_inputs[{index}].prefix", item.prefix)
+        bucket: s3.IBucket
+        if item.bucket_name is None:
+            bucket = datasets
+            covered = covered or dataset_prefix.startswith(prefix)
+        else:
+            key = (
+                kms.Key.from_key_arn(pipeline, f"ReadableInputKey{index}", item.kms_key_arn)
+                if item.kms_key_arn
+                else None
+            )
+            bucket = s3.Bucket.from_bucket_attributes(
+                pipeline, f"ReadableInput{index}", bucket_name=item.bucket_name, encryption_key=key
+            )
+        grant_objects(role, bucket, f"{prefix}*", read=True, list_prefix=prefix)
+        uris.append(f"s3://{bucket.bucket_name}/{prefix}")
+    if not covered:
+        pipeline.storage.grant_read_datasets(role, dataset_prefix)
+        uris.insert(0, f"s3://{datasets.bucket_name}/{dataset_prefix}")
+    return tuple(uris)
 
 
 def _grant_vpc_jobs(role: iam.IRole, stack: Stack, vpc: ec2.IVpc) -> None:

@@ -35,7 +35,7 @@ each written once), :mod:`.channels`, :mod:`.job` (:class:`TrainingJobSpec`), :m
 
 from __future__ import annotations
 
-from gpu_constructs.training_spec.channels import Channel, FsxChannel, S3Channel, channel_from_dict
+from gpu_constructs.training_spec.channels import Channel, FsxChannel, S3Channel, channel_from_dict, input_channel
 from gpu_constructs.training_spec.code import (
     CODE_CHANNEL,
     DEFAULT_ENTRY_POINT,
@@ -47,6 +47,8 @@ from gpu_constructs.training_spec.code import (
 )
 from gpu_constructs.training_spec.job import TrainingJobSpec
 from gpu_constructs.training_spec.limits import (
+    CHANNEL_NAME_MAX,
+    CHANNEL_NAME_PATTERN,
     CHECKPOINT_LOCAL_PATH,
     COMPRESSIONS,
     DATA_VERSION_PATTERN,
@@ -59,11 +61,13 @@ from gpu_constructs.training_spec.limits import (
     JOB_NAME_MAX,
     JOB_NAME_PATTERN,
     LAUNCHER_ENVIRONMENT,
+    MAX_CHANNELS,
     MAX_RETRY_ATTEMPTS,
     MAX_RUNTIME_LIMIT_S,
     MAX_WAIT_LIMIT_S,
     PROCESSES_PER_HOST_PATTERN,
     PROCESSING_MAX_RUNTIME_S,
+    USER_INPUT_MODE,
     VOLUME_SIZE_GB,
 )
 from gpu_constructs.training_spec.rules import (
@@ -73,8 +77,10 @@ from gpu_constructs.training_spec.rules import (
     WAIT_RANGE,
     WAIT_WITHOUT_SPOT,
     alarm_threshold_problems,
+    channel_name_problem,
     check_processes_per_host,
     processing_type_allowed,
+    readable_problem,
     runtime_limit_text,
     seconds_of,
     stopping_problems,
@@ -97,6 +103,8 @@ from gpu_constructs.training_spec.sharding import (
 )
 
 __all__ = [
+    "CHANNEL_NAME_MAX",
+    "CHANNEL_NAME_PATTERN",
     "CHECKPOINT_LOCAL_PATH",
     "CODE_CHANNEL",
     "COMPRESSIONS",
@@ -114,6 +122,7 @@ __all__ = [
     "LAUNCHER_ENVIRONMENT",
     "LAUNCH_DISTRIBUTIONS",
     "LAUNCH_ENTRYPOINT",
+    "MAX_CHANNELS",
     "MAX_RETRY_ATTEMPTS",
     "MAX_RUNTIME_LIMIT_S",
     "MAX_WAIT_LIMIT_S",
@@ -123,6 +132,7 @@ __all__ = [
     "PROCESSING_OUTPUT_ROOT",
     "PROCESSING_TYPES_ALLOWED",
     "RUNTIME_RANGE",
+    "USER_INPUT_MODE",
     "VOLUME_SIZE_GB",
     "WAIT_BELOW_RUNTIME",
     "WAIT_RANGE",
@@ -138,11 +148,14 @@ __all__ = [
     "TrainingJobSpec",
     "alarm_threshold_problems",
     "channel_from_dict",
+    "channel_name_problem",
     "check_processes_per_host",
     "entry_point_problem",
     "hyperparameter_limits",
+    "input_channel",
     "iter_dynamic_paths",
     "processing_type_allowed",
+    "readable_problem",
     "runtime_limit_text",
     "seconds_of",
     "service_model_problems",

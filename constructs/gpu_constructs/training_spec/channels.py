@@ -13,12 +13,13 @@ from gpu_constructs.training_spec.limits import (
     DISTRIBUTIONS,
     FSX_ACCESS_MODES,
     INPUT_MODES,
+    USER_INPUT_MODE,
     WHERE,
 )
 from gpu_constructs.training_spec.rules import s3_problem
 from gpu_constructs.training_spec.sfn import Dynamic, with_version
 
-__all__ = ["Channel", "FsxChannel", "S3Channel", "channel_from_dict", "channel_template"]
+__all__ = ["Channel", "FsxChannel", "S3Channel", "channel_from_dict", "channel_template", "input_channel"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +168,24 @@ def channel_from_dict(data: Mapping[str, Any]) -> Channel:
 
 def channel_template(channel: Channel) -> str:
     return channel.s3_uri if isinstance(channel, S3Channel) else channel.directory_path
+
+
+#: The keys of an input a user names as an object (an execution's ``{"inputs": {"training": {...}}}``).
+INPUT_KEYS = ("s3_uri", "input_mode")
+
+
+def input_channel(name: str, value: Any) -> S3Channel:
+    """The S3 channel a user names: ``value`` is its ``s3://bucket/prefix/`` or ``{"s3_uri": ..., "input_mode":
+    ...}`` (the SageMaker SDK's ``fit({"training": "s3://..."})``, ``gpuctl train --input``, an execution's
+    ``inputs``); input mode File unless given, as in SageMaker's ``TrainingInputMode`` and its SDK. Raises
+    :class:`ValidationError` for another shape; the spec checks the name, the URI and the mode."""
+    if isinstance(value, str):
+        return S3Channel(name=name, s3_uri=value, input_mode=USER_INPUT_MODE)  # type: ignore[arg-type]
+    if isinstance(value, Mapping) and isinstance(value.get("s3_uri"), str) and not set(value) - set(INPUT_KEYS):
+        mode = value.get("input_mode", USER_INPUT_MODE)
+        return S3Channel(name=name, s3_uri=value["s3_uri"], input_mode=mode)
+    raise ValidationError(
+        WHERE,
+        f"inputs.{name}={value!r} is not allowed; allowed: an s3:// URI, or an object with s3_uri and optionally "
+        f"input_mode ({', '.join(INPUT_MODES)})",
+    )

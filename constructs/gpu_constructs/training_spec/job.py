@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
@@ -16,27 +16,35 @@ from gpu_constructs.catalog import (
     require_nvidia_gpu,
 )
 from gpu_constructs.errors import ValidationError, is_token
-from gpu_constructs.training_spec.channels import Channel, FsxChannel, channel_from_dict, channel_template
+from gpu_constructs.training_spec.channels import (
+    Channel,
+    FsxChannel,
+    S3Channel,
+    channel_from_dict,
+    channel_template,
+)
 from gpu_constructs.training_spec.code import LAUNCH_ENTRYPOINT, RESERVED_CHANNELS, TrainingCode
 from gpu_constructs.training_spec.limits import (
-    CHANNEL_RE,
     CHECKPOINT_LOCAL_PATH,
     DATA_VERSION_PLACEHOLDER,
     HP_NUM_WORKERS,
     HP_PROCESSES_PER_HOST,
     JOB_NAME_PREFIX_RE,
     LAUNCHER_ENVIRONMENT,
+    MAX_CHANNELS,
     MAX_WAIT_LIMIT_S,
     VOLUME_SIZE_GB,
     WHERE,
 )
 from gpu_constructs.training_spec.rules import (
     as_timedelta,
+    channel_name_problem,
     check_processes_per_host,
     data_version_problem,
     hp_string,
     job_name_problems,
     raise_problems,
+    readable_problem,
     s3_problem,
     seconds_of,
     stopping_problems,
@@ -68,7 +76,8 @@ class TrainingJobSpec:
     :param role_arn: SageMaker execution role.
     :param instance_type: ``ml.*`` training type from the GPU catalog.
     :param output_s3_uri: where SageMaker writes ``<job>/output/model.tar.gz``.
-    :param channels: input channels (at least one).
+    :param channels: input channels: the setup's dataset channels (at least one, unless the job runs ``code``,
+        whose own channels carry the code). :meth:`with_inputs` gives a job the channels its user names.
     :param instance_count: hosts (default 1); more than one is multi-host training.
     :param volume_size_gb: EBS volume per host, GB (default 100; ignored by SageMaker on types with
         local NVMe, which it uses instead).
@@ -108,6 +117,9 @@ class TrainingJobSpec:
         ``code`` and ``sm_drivers`` channels and its container entry is the platform's launcher, so it runs on
         any image with Python and the framework (the stock DLC included). Default: none, the image's own entry
         (``docker run IMAGE train``).
+    :param readable_inputs: the ``s3://bucket/prefix`` prefixes the job role may read (default: none, unchecked);
+        when given, every S3 channel lies under one of them, so an input the role cannot read is refused before a
+        job exists.
     """
 
     image_uri: str
@@ -140,6 +152,7 @@ class TrainingJobSpec:
     job_name_prefix: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     code: TrainingCode | None = None
+    readable_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # One spelling, two duration types: an aws_cdk Duration is stored as the standard timedelta.
@@ -228,6 +241,12 @@ class TrainingJobSpec:
             procs = int(given)
         return replace(self, code=code, hyperparameters={}, processes_per_host=procs)
 
+    def with_inputs(self, inputs: Sequence[S3Channel] = (), *, dataset: bool = True) -> TrainingJobSpec:
+        """This spec with the input channels a user names (``gpuctl train --input``, an execution's ``inputs``)
+        after the setup's dataset channels (:attr:`channels`), or instead of them (``dataset=False``: what a job
+        that runs code given at run time gets by default, exactly the channels its user names)."""
+        return replace(self, channels=(*(self.channels if dataset else ()), *inputs))
+
     # -- validation -----------------------------------------------------------------------------------
 
     def problems(self, *, instance_type: str | None = None, data_version: str | None = None) -> list[str]:
@@ -308,16 +327,26 @@ class TrainingJobSpec:
 
     def _check_channels(self) -> list[str]:
         out: list[str] = []
-        if not self.channels:
-            out.append("channels=() is not allowed; allowed: at least one input channel")
+        if not self.channels and self.code is None:
+            out.append("channels=() is not allowed; allowed: at least one input channel (or code, which has its own)")
         names = [c.name for c in self.channels]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             out.append(f"channel names {dupes} are repeated; allowed: each name once")
         for channel in self.channels:
-            if not CHANNEL_RE.match(channel.name):
-                out.append(f"channel name={channel.name!r} is not allowed; allowed: 1-64 of A-Z a-z 0-9 . - _")
+            problem = channel_name_problem(channel.name)
+            if problem:
+                out.append(problem)
             out.extend(channel.problems())
+            if isinstance(channel, S3Channel):
+                problem = readable_problem(f"channel {channel.name!r}: s3_uri", channel.s3_uri, self.readable_inputs)
+                if problem:
+                    out.append(problem)
+        count = len(self.channels) + (2 if self.code is not None else 0)
+        if count > MAX_CHANNELS:
+            out.append(
+                f"{count} input channels (the code's 2 included); allowed: at most {MAX_CHANNELS} (CreateTrainingJob)"
+            )
         return out
 
     def _check_uris(self) -> list[str]:
@@ -529,7 +558,7 @@ class TrainingJobSpec:
             for name, variable in LAUNCHER_ENVIRONMENT.items():
                 if variable in environment and variable not in self.environment:
                     environment[variable] = Dynamic(f"{paths.distribution}.{name}", derived[name])
-        return self._render(
+        tree = self._render(
             job_name=Dynamic(paths.job_name, self.sample_job_name()),
             instance_type=Dynamic(paths.instance_type, self.instance_type),
             hyperparameters=Dynamic(paths.hyperparameters, self.hyperparameters_for(self.instance_type)),
@@ -538,6 +567,16 @@ class TrainingJobSpec:
             code_s3_uri=Dynamic(paths.code, self.code.source_s3_uri) if self.code is not None else None,
             entry_point=Dynamic(paths.entry_point, self.code.entry_point) if self.code is not None else None,
         )
+        if paths.input_data_config is not None:
+            sample = self._render(
+                job_name=self.sample_job_name(),
+                instance_type=self.instance_type,
+                hyperparameters={},
+                environment={},
+                data_version=self.data_version,
+            )["InputDataConfig"]
+            tree["InputDataConfig"] = Dynamic(paths.input_data_config, sample)
+        return tree
 
     def to_sfn_parameters(self, paths: SfnPaths = DEFAULT_PATHS, *, where: str = WHERE) -> dict[str, Any]:
         """``Parameters`` of a ``sagemaker:createTrainingJob.sync`` task, validated with sample values."""
@@ -558,7 +597,7 @@ class TrainingJobSpec:
             data[key] = seconds_of(data[key])
         data["channels"] = [asdict(c) for c in self.channels]
         data["metric_definitions"] = [dict(m) for m in self.metric_definitions]
-        for key in ("subnets", "security_group_ids"):
+        for key in ("subnets", "security_group_ids", "readable_inputs"):
             data[key] = list(data[key])
         data["code"] = self.code.to_dict() if self.code is not None else None
         return data
@@ -575,7 +614,7 @@ class TrainingJobSpec:
                 values[name] = timedelta(seconds=data[key])
         values["channels"] = tuple(channel_from_dict(c) for c in values.get("channels", ()))
         values["metric_definitions"] = tuple(dict(m) for m in values.get("metric_definitions", ()))
-        for key in ("subnets", "security_group_ids"):
+        for key in ("subnets", "security_group_ids", "readable_inputs"):
             values[key] = tuple(values.get(key, ()))
         if values.get("code") is not None:
             values["code"] = _code_from_dict(values["code"])

@@ -50,6 +50,18 @@ MAX_RETRY_ATTEMPTS = (1, 30)
 PROCESSES_PER_HOST_PATTERN = r"^(0|[1-9][0-9]*)$"
 PROCESSES_RE = re.compile(PROCESSES_PER_HOST_PATTERN)
 S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+#: SageMaker channel names (botocore 1.44.8, ``sagemaker/2017-07-24/service-2.json``, shape ``ChannelName`` of
+#: ``Channel``: ``min: 1``, ``max: 64``, ``pattern: [A-Za-z0-9\\.\\-_]+``). The spec, the config, ``gpuctl`` and the
+#: training state machine's input check (JSONata) apply the same pattern and maximum.
+CHANNEL_NAME_PATTERN = r"^[A-Za-z0-9.\-_]+$"
+CHANNEL_NAME_MAX = 64
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
+CHANNEL_NAME_ALLOWED = "1 to 64 letters, digits and . - _ (SageMaker's ChannelName)"
+#: ``CreateTrainingJob.InputDataConfig`` holds at most 20 channels (botocore 1.44.8, shape ``InputDataConfig``:
+#: ``max: 20``), the runtime's ``code`` and ``sm_drivers`` channels included.
+MAX_CHANNELS = 20
+#: Input mode of a channel a user names (``gpuctl train --input``, an execution's ``inputs``) when none is given:
+#: File, the default of SageMaker's ``TrainingInputMode`` and of the SageMaker Python SDK's estimators.
+USER_INPUT_MODE = "File"
 TOKEN_RE = re.compile(r"\$\{Token\[[^\]]+\]\}|#\{Token\[[^\]]+\]\}")
 WHERE = "TrainingJobSpec"

@@ -12,6 +12,8 @@ from typing import Any
 from gpu_constructs.catalog import check_gpu_count, lookup, processes_per_host_limit
 from gpu_constructs.errors import ValidationError, is_token
 from gpu_constructs.training_spec.limits import (
+    CHANNEL_NAME_ALLOWED,
+    CHANNEL_RE,
     DATA_VERSION_PATTERN,
     DATA_VERSION_PLACEHOLDER,
     HP_PROCESSES_PER_HOST,
@@ -28,8 +30,10 @@ from gpu_constructs.training_spec.limits import (
 __all__ = [
     "PROCESSING_TYPES_ALLOWED",
     "alarm_threshold_problems",
+    "channel_name_problem",
     "check_processes_per_host",
     "processing_type_allowed",
+    "readable_problem",
     "runtime_limit_text",
     "seconds_of",
     "stopping_problems",
@@ -202,6 +206,36 @@ def s3_problem(name: str, uri: Any) -> str | None:
     if not isinstance(uri, str) or not S3_URI_RE.match(uri.replace(DATA_VERSION_PLACEHOLDER, "v")):
         return f"{name}={uri!r} is not an S3 URI; allowed: s3://<bucket>/<prefix>"
     return None
+
+
+#: Where a setup declares what its jobs may read (named in the refusals of gpuctl and of the state machine).
+READABLE_WHERE = "the prefixes config training.readable_inputs grants the job role"
+
+
+def channel_name_problem(name: Any, *, what: str = "channel name") -> str | None:
+    """Why ``name`` cannot name a SageMaker input channel (``None`` when it can): the pattern and maximum of
+    botocore's ``ChannelName`` shape (:data:`~gpu_constructs.training_spec.limits.CHANNEL_RE`)."""
+    if isinstance(name, str) and is_token(name):
+        return None
+    if not isinstance(name, str) or not CHANNEL_RE.match(name):
+        return f"{what}={name!r} is not allowed; allowed: {CHANNEL_NAME_ALLOWED}"
+    return None
+
+
+def readable_problem(what: str, uri: Any, readable: Sequence[str]) -> str | None:
+    """Why the job role cannot read ``uri`` (``None`` when it can, or when that is only known at deployment):
+    every S3 input lies under one of ``readable``, the ``s3://bucket/prefix`` prefixes the setup grants its job role
+    (``s3:ListBucket`` with an ``s3:prefix`` condition, ``s3:GetObject`` on ``prefix*``, ``kms:Decrypt``). The
+    training state machine's input check words the same rule (``gpu_constructs.training.definition``)."""
+    if not readable or not isinstance(uri, str):
+        return None
+    if any(uri.startswith(prefix) for prefix in readable):
+        return None
+    if is_token(uri):
+        return None  # a deploy-time bucket name none of the prefixes spells: checked where it is resolved
+    return (
+        f"{what}={uri!r} is not readable by the job role; allowed: a URI under {', '.join(readable)} ({READABLE_WHERE})"
+    )
 
 
 def data_version_problem(version: str) -> str | None:

@@ -28,6 +28,9 @@ class SfnPaths:
     #: The object with the derived ``processes_per_host`` and ``num_workers`` of the chosen instance type (the
     #: launcher's settings in ``Environment``); ``None``: those of the spec's own instance type, fixed.
     distribution: str | None = None
+    #: The job's whole ``InputDataConfig``, computed by the execution (the channels its user names, the dataset's
+    #: when asked, the code's); ``None``: the spec's channels, fixed.
+    input_data_config: str | None = None
 
 
 DEFAULT_PATHS = SfnPaths()
