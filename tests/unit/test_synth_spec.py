@@ -269,3 +269,119 @@ def test_gpuctl_train_synth_local_gives_the_built_in_trainer_its_defaults(
     # config/dev.yaml's epochs (arch and batch_size overridden above) and the derived distribution of ml.g5.xlarge
     assert hyperparameters == {"processes_per_host": "1", "num_workers": "2", "epochs": "10", **tiny}
     assert (tmp_path / "out" / "model.tar.gz").is_file()
+
+
+# --------------------------------------------------------------------------------------------------
+# gpuctl train --synth: the input channels a user names (your own script: yours only)
+# --------------------------------------------------------------------------------------------------
+
+#: The SageMaker examples' script: its data in the channel its user named ``training`` (``fit({"training": ...})``).
+CHANNEL_SCRIPT = """import json, os
+folder = os.environ["SM_CHANNEL_TRAINING"]
+seen = {
+    "files": sorted(os.listdir(folder)),
+    "channels": json.loads(os.environ["SM_CHANNELS"]),
+    "first": open(os.path.join(folder, "part-0.csv")).read(),
+}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "seen.json"), "w") as out:
+    json.dump(seen, out)
+"""
+
+
+def _seen(out: Path) -> Any:
+    with tarfile.open(out / "model.tar.gz") as archive:
+        member = archive.extractfile("seen.json")
+        assert member is not None
+        return json.loads(member.read())
+
+
+def test_gpuctl_train_synth_local_your_script_reads_the_channel_you_name(
+    outdir: Path, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture, kept_trees: list[Any]
+) -> None:
+    """``--channel training=FOLDER`` adds the channel the script reads (SM_CHANNEL_TRAINING), and the setup's
+    dataset channels (train, validation) are not given: your own code gets exactly the channels you name."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(CHANNEL_SCRIPT)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.csv").write_text("x,y\n1,2\n")
+    out = tmp_path / "out"
+    argv = ["train", "--synth", str(outdir), "--source-dir", str(source), "--local", "--channel", f"training={data}"]
+    assert main([*argv, "--output", str(out)]) == 0, capsys.readouterr()
+    assert "algo-1: exit 0" in capsys.readouterr().out
+    assert _seen(out) == {
+        "files": ["part-0.csv"],
+        "channels": ["code", "sm_drivers", "training"],
+        "first": "x,y\n1,2\n",
+    }
+    [result] = kept_trees
+    [host] = result.hosts
+    config = json.loads(host.root.joinpath("input", "config", "inputdataconfig.json").read_text())
+    assert sorted(config) == ["code", "sm_drivers", "training"]
+    assert config["training"]["TrainingInputMode"] == "File"  # SageMaker's default for a channel you name
+
+
+def test_gpuctl_train_synth_local_a_script_that_reads_no_data_needs_no_channel(
+    outdir: Path, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(
+        "import os\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'seen.json'), 'w').write(os.environ['SM_CHANNELS'])\n"
+    )
+    out = tmp_path / "out"
+    argv = ["train", "--synth", str(outdir), "--source-dir", str(source), "--local", "--output", str(out)]
+    assert main(argv) == 0, capsys.readouterr()
+    assert _seen(out) == ["code", "sm_drivers"]
+    # --dataset: the setup's dataset channels again, each then needs its folder.
+    assert main([*argv, "--dataset"]) == 2
+    assert "channels ['train', 'validation'] have no local data" in capsys.readouterr().err
+
+
+def test_gpuctl_train_synth_input_under_a_readable_prefix_is_the_jobs_channel(
+    outdir: Path, spec_text: str, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('own code')\n")
+    [readable] = json.loads(spec_text)["readable_inputs"]  # config/dev.yaml: the default, the datasets bucket
+    assert readable.startswith("s3://placeholder-") and readable.endswith("/")
+    base = ["train", "--synth", str(outdir), "--source-dir", str(source), "--dry-run"]
+    given = ["--input", f"training={readable}corpora/en/", "--input-mode", "training=FastFile"]
+    assert main([*base, *given]) == 0
+    request = json.loads(capsys.readouterr().out)
+    channels = {c["ChannelName"]: c for c in request["InputDataConfig"]}
+    assert list(channels) == ["training", "code", "sm_drivers"]
+    assert channels["training"]["DataSource"]["S3DataSource"]["S3Uri"] == f"{readable}corpora/en/"
+    assert channels["training"]["InputMode"] == "FastFile"
+    assert main([*base, *given, "--dataset"]) == 0
+    names = [c["ChannelName"] for c in json.loads(capsys.readouterr().out)["InputDataConfig"]]
+    assert names == ["train", "validation", "training", "code", "sm_drivers"]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            ["--input", "training=s3://someone-elses-bucket/data/"],
+            "channel 'training': s3_uri='s3://someone-elses-bucket/data/' is not readable by the job role; allowed: "
+            "a URI under s3://placeholder-",
+        ),
+        (["--input", "bad name=s3://x/"], "channel name='bad name' is not allowed; allowed: 1 to 64 letters"),
+        (["--input", "code=s3://x/"], "channel names ['code'] are the launcher's"),
+        (["--input-mode", "training=File"], "--input-mode training: no such --input"),
+    ],
+    ids=["outside-readable", "bad-name", "runtime-channel", "mode-without-input"],
+)
+def test_gpuctl_train_synth_refuses_an_input_before_any_job(
+    outdir: Path, no_aws: None, tmp_path: Path, capsys: pytest.CaptureFixture, given: list[str], message: str
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('own code')\n")
+    assert main(["train", "--synth", str(outdir), "--source-dir", str(source), "--dry-run", *given]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    if "readable" in message:
+        assert "(the prefixes config training.readable_inputs grants the job role)" in err
