@@ -38,7 +38,7 @@ from asl_runner import SAMPLE_ACCOUNT, SAMPLE_REGION, run, sample_value
 from authz_helpers import as_role, pipeline_definition, top_level
 from container_helpers import TorchServeContext, make_images
 
-from gpu_constructs.authz import Assembly
+from gpu_constructs.authz import Assembly, check_requests, job_requests
 from gpu_constructs.training_spec import CODE_CHANNEL, DRIVERS_CHANNEL
 from gpu_constructs.training_spec.code_package import code_s3_key, package_source_dir
 from gpu_serve.process import ServerProcess
@@ -228,7 +228,9 @@ def test_a_bring_your_own_script_runs_from_an_execution_input(
     definition: dict[str, Any], assembly: Assembly, assets: dict[str, Path], shards: Path, tmp_path: Path
 ) -> None:
     uri, package = _code_upload(assembly, EXAMPLE, tmp_path)
-    request = train_request(definition, {"code": uri, "entry_point": "train.py", "hyperparameters": EXAMPLE_HP})
+    # The example reads the setup's dataset channels (train, validation): one flag away for code of its own.
+    given = {"code": uri, "entry_point": "train.py", "hyperparameters": EXAMPLE_HP, "dataset": True}
+    request = train_request(definition, given)
     assert request["AlgorithmSpecification"]["ContainerArguments"][:2] == ["--entry-point", "train.py"]
     channels = channel_data(request, assets, shards, {uri: package})
     result = run_local_job(request, channels, output_dir=tmp_path / "o", authorize=as_role(assembly))
@@ -258,6 +260,84 @@ def test_an_execution_with_its_own_code_sends_only_its_hyperparameters(
         "lr": "0.01",
     }  # fmt: skip
     assert builtin["Environment"] == {"GPU_TRAIN_PROCESSES_PER_HOST": "1", "GPU_TRAIN_NUM_WORKERS": "2"}
+
+
+def _datasets_bucket(definition: dict[str, Any]) -> str:
+    """The dev setup's datasets bucket, as its default job reads it (config training.readable_inputs' default)."""
+    [train] = [c for c in train_request(definition, {})["InputDataConfig"] if c["ChannelName"] == "train"]
+    return str(train["DataSource"]["S3DataSource"]["S3Uri"]).split("/")[2]
+
+
+def test_an_execution_with_its_own_code_gets_exactly_the_inputs_it_names(
+    definition: dict[str, Any], assembly: Assembly, tmp_path: Path
+) -> None:
+    """``{"inputs": {"training": "s3://..."}}`` is the SageMaker SDK's ``fit({"training": ...})``: a code package of
+    the execution's gets that channel and the runtime's code channels, nothing of the setup's dataset; the job role
+    may list, read and decrypt it (config training.readable_inputs' default: the datasets bucket)."""
+    uri, _package = _code_upload(assembly, EXAMPLE, tmp_path)
+    data = f"s3://{_datasets_bucket(definition)}/corpora/en/"
+    given = {"code": uri, "entry_point": "train.py", "inputs": {"training": data}}
+    request = train_request(definition, given)
+    channels = {c["ChannelName"]: c for c in request["InputDataConfig"]}
+    assert list(channels) == ["training", CODE_CHANNEL, DRIVERS_CHANNEL]
+    assert channels["training"] == {
+        "ChannelName": "training",
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": data, "S3DataDistributionType": "FullyReplicated"}
+        },
+        "InputMode": "File",
+    }
+    requests = [r for r in job_requests(assembly, "training", request) if r.subject == "channel:training"]
+    assert [r.action for r in requests] == ["s3:ListBucket", "s3:GetObject", "kms:Decrypt"]
+    assert check_requests(assembly, requests) == []
+    # The object form names the input mode; dataset: true adds the setup's dataset channels before it.
+    given["inputs"] = {"training": {"s3_uri": data, "input_mode": "FastFile"}}
+    request = train_request(definition, {**given, "dataset": True})
+    names = [(c["ChannelName"], c["InputMode"]) for c in request["InputDataConfig"]]
+    assert names == [
+        ("train", "FastFile"), ("validation", "FastFile"), ("training", "FastFile"), ("code", "File"),
+        ("sm_drivers", "File"),
+    ]  # fmt: skip
+    # Without a code package of its own, the built-in trainer keeps its dataset channels and gets the input too.
+    names = [c["ChannelName"] for c in train_request(definition, {"inputs": {"extra": data}})["InputDataConfig"]]
+    assert names == ["train", "validation", "extra", "code", "sm_drivers"]
+
+
+def test_an_input_outside_the_readable_prefixes_is_refused_before_any_job(
+    definition: dict[str, Any], assembly: Assembly, tmp_path: Path
+) -> None:
+    uri, _package = _code_upload(assembly, EXAMPLE, tmp_path)
+    outside = "s3://someone-elses-bucket/data/"
+    outcome = run(definition, {"code": uri, "entry_point": "train.py", "inputs": {"training": outside}})
+    assert (outcome.status, outcome.error) == ("FAILED", "InvalidInput")
+    assert outcome.visited[-2:] == ["ValidateHyperparameters", "InvalidHyperparameters"]
+    assert not outcome.tasks  # no CreateTrainingJob
+    bucket = _datasets_bucket(definition)
+    assert outcome.cause == (
+        f"The execution input is not valid: channel 'training': s3_uri='{outside}' is not readable by the job "
+        f"role; allowed: a URI under s3://{bucket}/ (the prefixes config training.readable_inputs grants the job "
+        "role)"
+    )
+    # Had it been sent, the job role's policies deny the listing and the read of that bucket.
+    request = train_request(definition, {"code": uri, "entry_point": "train.py"})
+    request["InputDataConfig"].insert(0, {**request["InputDataConfig"][0], "ChannelName": "training"})
+    request["InputDataConfig"][0]["DataSource"] = {
+        "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": outside, "S3DataDistributionType": "FullyReplicated"}
+    }
+    denied = check_requests(assembly, job_requests(assembly, "training", request))
+    assert sorted(d.decision.request.action for d in denied) == ["s3:GetObject", "s3:ListBucket"]
+    # Other problems of the inputs, each named, all at once.
+    bad = {"code": "s3://x/", "train": f"s3://{bucket}/x/", "bad name": f"s3://{bucket}/x/"}
+    outcome = run(definition, {"inputs": bad, "dataset": "yes"})
+    assert outcome.status == "FAILED" and not outcome.tasks
+    for problem in (
+        "dataset=yes is not allowed; allowed: true or false",
+        "inputs.code is a channel of the runtime (the code package and its launcher); allowed: another name",
+        "inputs.train is one of the setup's dataset channels ['train', 'validation']; allowed: another name, or "
+        "dataset: false",
+        "channel name='bad name' is not allowed; allowed: 1 to 64 letters, digits and . - _ (SageMaker's ChannelName)",
+    ):
+        assert problem in (outcome.cause or ""), problem
 
 
 def test_code_outside_the_setups_prefix_is_refused_before_any_job(definition: dict[str, Any]) -> None:
