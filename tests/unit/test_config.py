@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,31 @@ def test_cli_reports_a_shared_prefix_without_traceback(
     err = capsys.readouterr().err
     assert err.startswith("configuration error: ") and f"set resource_prefix: gpu-staging in {staging}" in err
     assert "Traceback" not in err
+
+
+def test_training_readable_inputs_default_to_the_datasets_bucket_and_are_checked(tmp_path: Path) -> None:
+    from stacks.config.training import ReadableInputConfig
+
+    assert load_config("dev").training.readable_inputs == (ReadableInputConfig(),)
+    key = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    given = [{"bucket": "team-data", "prefix": "corpora/", "kms_key_arn": key}, {"prefix": "shared/"}]
+    cfg = load_modified(tmp_path, training__readable_inputs=given)
+    assert [(r.bucket_name, r.prefix, r.kms_key_arn) for r in cfg.training.readable()] == [
+        ("team-data", "corpora/", key),
+        (None, "shared/", None),
+    ]
+    bad = [
+        ({"bucket": "Team_Data"}, "an S3 bucket name"),
+        ({"bucket": "team-data", "prefix": "corpora"}, "ending in '/'"),
+        ({"bucket": "team-data", "prefix": "../x/"}, "ending in '/'"),
+        ({"bucket": "team-data", "kms_key_arn": "alias/mine"}, "a KMS key ARN"),
+        ({"kms_key_arn": key}, "kms_key_arn is set for the datasets bucket"),
+        ({"bucket": "team-data", "region": "x"}, "region"),
+    ]
+    for entry, message in bad:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_modified(tmp_path, training__readable_inputs=[entry])
+    with pytest.raises(ConfigError, match="each bucket and prefix once"):
+        load_modified(tmp_path, training__readable_inputs=[{"prefix": "a/"}, {"prefix": "a/"}])
+    with pytest.raises(ConfigError, match=re.escape("channel name='bad name' is not allowed")):
+        load_modified(tmp_path, training__channels=["train", "bad name"])

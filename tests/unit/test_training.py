@@ -777,3 +777,51 @@ def test_training_config_errors_name_the_key_and_the_allowed_values(replacements
     with pytest.raises(ConfigError) as info:
         parse_config(text, Path("config/prod.yaml"))
     assert str(info.value) == "config/prod.yaml: invalid configuration\n" + message
+
+
+def test_the_job_role_reads_exactly_the_readable_inputs() -> None:
+    """Another bucket with its own SSE-KMS key: list the prefix (s3:prefix condition), get its objects, decrypt
+    with its key; the dataset prefix, which no readable input of the datasets bucket covers, keeps its own grant."""
+    from gpu_constructs.training import ReadableInput
+
+    parts = _Parts()
+    key = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    team = ReadableInput(bucket_name="team-data", prefix="corpora/", kms_key_arn=key)
+    pipeline = parts.pipeline(readable_inputs=[team], vpc=None, vpc_subnets=None, security_groups=None)
+    assert pipeline.readable_inputs[1:] == ("s3://team-data/corpora/",)
+    assert pipeline.readable_inputs[0].startswith("s3://") and pipeline.readable_inputs[0].endswith("/ds/")
+    assert pipeline.spec.readable_inputs == pipeline.readable_inputs  # what gpuctl checks inputs against
+    statements = policy_statements(assertions.Template.from_stack(parts.stack).to_json(), "P1ExecutionRole")
+    bucket_arn = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::team-data"]]}
+    objects_arn = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::team-data/corpora/*"]]}
+    team_statements = [s for s in statements if "team-data" in json.dumps(s) or key in json.dumps(s)]
+    assert team_statements == [
+        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": objects_arn},
+        {
+            "Action": "s3:ListBucket",
+            "Condition": {"StringLike": {"s3:prefix": ["corpora/*", "corpora"]}},
+            "Effect": "Allow",
+            "Resource": bucket_arn,
+        },
+        {"Action": "kms:Decrypt", "Effect": "Allow", "Resource": key},
+    ]
+    datasets = [s for s in statements if "DataDatasets" in json.dumps(s)]
+    datasets_arn = {"Fn::GetAtt": [datasets[0]["Resource"]["Fn::Join"][1][0]["Fn::GetAtt"][0], "Arn"]}
+    assert datasets == [
+        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": {"Fn::Join": ["", [datasets_arn, "/ds/*"]]}},
+        {
+            "Action": "s3:ListBucket",
+            "Condition": {"StringLike": {"s3:prefix": ["ds/*", "ds"]}},
+            "Effect": "Allow",
+            "Resource": datasets_arn,
+        },
+    ]
+    # An input outside them is refused by the spec (gpuctl) before any job.
+    outside = pipeline.spec.with_inputs([S3Channel("training", "s3://team-data/other/")], dataset=False)
+    assert outside.problems() == [
+        "channel 'training': s3_uri='s3://team-data/other/' is not readable by the job role; allowed: a URI under "
+        f"{pipeline.readable_inputs[0]}, s3://team-data/corpora/ (the prefixes config training.readable_inputs "
+        "grants the job role)"
+    ]
+    inside = pipeline.spec.with_inputs([S3Channel("training", "s3://team-data/corpora/en/")], dataset=False)
+    assert inside.problems() == []
