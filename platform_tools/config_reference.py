@@ -104,6 +104,8 @@ def _yaml_value(value: Any) -> str:
         return json.dumps(value.model_dump(mode="json", exclude_unset=True), sort_keys=True)
     if isinstance(value, tuple):
         value = list(value)
+    if isinstance(value, list):  # a list of sections (training.readable_inputs): each entry spelled out
+        value = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
     if isinstance(value, enum.Enum):
         value = value.value
     return json.dumps(value, sort_keys=True)

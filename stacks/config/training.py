@@ -139,9 +139,7 @@ S3_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
 
 
 class ReadableInputConfig(StrictModel):
-    """An S3 prefix the training jobs may read: a channel a user names (gpuctl train --input, an execution's
-    `inputs`) must lie under one. The job role gets exactly s3:ListBucket of the prefix, s3:GetObject of its objects
-    and kms:Decrypt with the bucket's key."""
+    """An S3 prefix jobs may read: list, get and decrypt, nothing more (inputs must lie under one)."""
 
     bucket: str | None = Field(
         None, description="Bucket name; null (the default): the platform's datasets bucket, read with its data key"
