@@ -9,12 +9,13 @@ runner's journeys depend on the command line it runs (``cdk deploy --all``), not
 ``--gitops`` (and with ``--readme``).
 
 Journeys: the training job as ``gpuctl train`` renders it from the setup's job spec (the SSM parameter the stack
-writes: ``TrainingJobSpec.to_request``); each fleet's boot script and each notebook's on-start script (the AWS CLI
-calls of the synthesized user data and lifecycle configuration: ``gpu_constructs.authz.instances``); each endpoint
-(``gpu_constructs.authz.endpoints``); the GitOps runner's ``cdk deploy --all`` / ``cdk diff --all`` with the gitops
-stack's roles (``gpu_constructs.authz.gitops``); and every
-SageMaker task of each state machine with what is known before it runs (the prepare step, the state machine's own
-create-job and pass-role requests).
+writes: ``TrainingJobSpec.to_request``), and the reads of an input its user names under each prefix the setup
+declares readable (``training.readable_inputs``: ``gpuctl train --input``, an execution's ``inputs``); each fleet's
+boot script and each notebook's on-start script (the AWS CLI calls of the synthesized user data and lifecycle
+configuration: ``gpu_constructs.authz.instances``); each endpoint (``gpu_constructs.authz.endpoints``); the GitOps
+runner's ``cdk deploy --all`` / ``cdk diff --all`` with the gitops stack's roles (``gpu_constructs.authz.gitops``);
+and every SageMaker task of each state machine with what is known before it runs (the prepare step, the state
+machine's own create-job and pass-role requests).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from gpu_constructs.authz.gitops import gitops_role_arns, runner_journey, stack_
 from gpu_constructs.authz.instances import fleet_boot_journeys, notebook_start_journeys
 from gpu_constructs.rules.pack import _assembly_stacks
 from gpu_constructs.rules.sagemaker_job_role_authorized import sagemaker_tasks
-from gpu_constructs.training_spec import TrainingJobSpec
+from gpu_constructs.training_spec import S3Channel, TrainingJobSpec
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 BEGIN = (
@@ -69,6 +70,16 @@ def journeys(assembly: Assembly, outdir: Path | None = None) -> list[Journey]:
                 tuple(job_requests(assembly, "training", job)),
             )
         )
+        for prefix in spec.readable_inputs:
+            # An input a user names (gpuctl train --input, an execution's inputs) under each readable prefix.
+            with_input = spec.with_inputs([S3Channel("training", f"{prefix}data/")], dataset=False)
+            reads = job_requests(assembly, "training", with_input.to_request(f"{spec.job_name_prefix}-job"))
+            found.append(
+                Journey(
+                    f"training job reading an input its user names under {prefix} (training.readable_inputs)",
+                    tuple(r for r in reads if r.subject == "channel:training"),
+                )
+            )
     for script in [*fleet_boot_journeys(assembly), *notebook_start_journeys(assembly)]:
         what = "fleet instance boot script" if script.kind == "fleet-boot" else "notebook instance on-start script"
         found.append(Journey(f"{what} ({script.name})", script.requests))
