@@ -15,6 +15,10 @@ Torch, which the wheel does not list (it comes with the image, DLAMI or notebook
 ``.pth`` file of the new environment names a folder of links to torch and the distributions it requires, nothing else.
 gpuctl runs with ``-I`` (no ``PYTHONPATH``, no script folder on ``sys.path``) from the user's folder, and the test
 asserts that no module either process loaded (gpuctl, and the script under the launcher) comes from the checkout.
+
+The fast tests check :func:`gpuctl.local_job.local_code_channels` where the library has no runtime folder (as
+installed from the wheel): the launcher zipapp comes from the installed ``gpu_train``, and the built-in trainer's
+code, which only a checkout has, is refused with the way out (``--source-dir``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import zipfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,14 +38,15 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
+import gpu_train
+from gpu_constructs.training_spec import code_package
 from gpu_constructs.wheel import main as build_wheel_main
+from gpuctl.local_job import LocalJobError, local_code_channels
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The channels the launcher adds to every job that runs code (the package and the launcher zipapp).
 CODE_CHANNELS = {"code", "sm_drivers"}
 JOB = "gpu-dev-train-outside-1"  # the setup's roles create jobs of its prefix only
-
-pytestmark = pytest.mark.slow
 
 USER_SCRIPT = textwrap.dedent(
     """\
@@ -213,6 +219,7 @@ def _assert_installed(files: list[str], bin_dir: Path, *packages: str) -> None:
         assert all(Path(f).is_relative_to(site) for f in found), f"{package} not from the new environment: {found}"
 
 
+@pytest.mark.slow
 def test_dry_run_outside_the_repository_sends_only_the_users_hyperparameter(user_venv: Path, user_folder: Path) -> None:
     argv = ["train", "--spec", "job.json", "--dry-run", "--source-dir", "src", "--entry-point", "train.py"]
     proc, modules = _gpuctl(user_venv, user_folder, *argv, "-p", "lr=0.01", "--job-name", JOB)
@@ -230,6 +237,7 @@ def test_dry_run_outside_the_repository_sends_only_the_users_hyperparameter(user
     assert not [m for m in modules if "/torch/" in m or "/aws_cdk/" in m]  # a dry run loads neither
 
 
+@pytest.mark.slow
 def test_local_run_outside_the_repository_runs_the_users_script(user_venv: Path, user_folder: Path) -> None:
     argv = ["train", "--spec", "job.json", "--local", "--source-dir", "src", "--entry-point", "train.py"]
     argv += ["-p", "lr=0.01", "--job-name", JOB, "--channel", "training=data"]
@@ -257,3 +265,43 @@ def test_local_run_outside_the_repository_runs_the_users_script(user_venv: Path,
     assert _from_checkout(modules) == [] and _from_checkout(report["modules"]) == []
     _assert_installed(modules, user_venv, "gpuctl", "gpu_constructs")
     assert not (ROOT / "local-output" / JOB).exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Fast: the code channels of a local run when the library has no runtime folder (as in the wheel)
+# --------------------------------------------------------------------------------------------------
+
+
+def _no_runtime_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = tmp_path / "site-packages" / "gpu_constructs" / "_runtime" / "training"
+    monkeypatch.setattr(code_package, "DEFAULT_RUNTIME_DIR", missing)
+    monkeypatch.setattr(code_package, "DEFAULT_WHEELS_DIR", missing / "vendor")
+    monkeypatch.setattr(code_package, "DEFAULT_CODE_DIR", missing / "default_code")
+
+
+def test_without_a_runtime_folder_the_launcher_is_built_from_the_installed_gpu_train(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_runtime_folder(monkeypatch, tmp_path)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(USER_SCRIPT)
+    channels = local_code_channels(tmp_path / "src", "train.py")
+    assert set(channels) == CODE_CHANNELS
+    with tarfile.open(channels["code"]) as archive:
+        assert archive.getnames() == ["train.py"]
+    with zipfile.ZipFile(channels["sm_drivers"]) as driver:
+        names = driver.namelist()
+        launcher = driver.read("gpu_train/launcher.py")
+    assert names[0] == "__main__.py" and "gpu_train/entrypoint.py" in names
+    assert not [n for n in names if n.startswith("wheels/")]  # the local Python has the wheel's requirements
+    assert launcher == (Path(gpu_train.__file__).parent / "launcher.py").read_bytes()
+
+
+def test_without_a_runtime_folder_the_built_in_trainer_needs_the_checkout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_runtime_folder(monkeypatch, tmp_path)
+    with pytest.raises(
+        LocalJobError, match=r"built-in trainer's code \(default_code/\) is not installed.*--source-dir"
+    ):
+        local_code_channels(None, "train.py")
