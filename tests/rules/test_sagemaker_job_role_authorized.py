@@ -182,7 +182,9 @@ def test_the_job_roles_grants_of_before_are_reported_dev(synth: Any) -> None:
     stacks = _without_asset_listings([s for s in _assembly_stacks(outdir) if Path(s.path).parent == outdir])
     assert _machine_findings(stacks, "dev-training") == [
         "ShardDataset:input:sm_drivers:s3:ListBucket",
-    ]  # Train's channels are computed at run time (MergeInputs); the job spec's journey and tests/e2e judge them
+        "Train:channel:code:s3:ListBucket",  # the setup's code package, the Defaults state's static.channels
+        "Train:channel:sm_drivers:s3:ListBucket",
+    ]
 
 
 def test_the_job_roles_grants_of_before_are_reported_prod_prepare_step(synth: Any) -> None:
@@ -190,4 +192,6 @@ def test_the_job_roles_grants_of_before_are_reported_prod_prepare_step(synth: An
     stacks = _without_asset_listings([s for s in _assembly_stacks(outdir) if Path(s.path).parent == outdir])
     assert _machine_findings(stacks, "prod-training") == [
         "ShardDataset:input:sm_drivers:s3:ListBucket",
-    ]  # Train's channels are computed at run time (MergeInputs); the job spec's journey and tests/e2e judge them
+        "Train:channel:code:s3:ListBucket",  # the setup's code package, the Defaults state's static.channels
+        "Train:channel:sm_drivers:s3:ListBucket",
+    ]

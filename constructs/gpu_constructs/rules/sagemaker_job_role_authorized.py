@@ -19,7 +19,11 @@ role's identity policies in the cloud assembly and the policy of the bucket or k
 (``gpu_constructs.authz.policy``). It also checks that the state machine's role may create the job and pass the
 role. One finding per denied request: ``<state>:<what>:<action>`` (``Train:channel:code:s3:ListBucket``). Values
 chosen at run time (``"S3Uri.$"``, JSONata) are not judged, except ``States.Format`` templates, whose
-placeholders are filled with a sample segment; roles that are not in the cloud assembly are not judged.
+placeholders are filled with a sample segment; roles that are not in the cloud assembly are not judged. A
+training task whose whole ``InputDataConfig`` is chosen at run time (``gpu_constructs.training``'s ``MergeInputs``
+state builds it from the execution's inputs) is judged with the channels known before the run: the
+``static.channels`` of the Pass state that defines the machine's constants (its ``Defaults`` state), the setup's
+dataset channels (``{data_version}`` filled with a sample segment) and the code's.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from gpu_constructs.authz.assembly import Assembly, Located, UnresolvableValue, 
 from gpu_constructs.authz.journeys import JobKind, check_requests, job_requests, start_job_requests
 from gpu_constructs.authz.policy import AuthRequest, UnsupportedPolicy
 from gpu_constructs.rules._rule import NOT_APPLICABLE, Resource, Result, StackView, rule
-from gpu_constructs.rules._training import _PROCESSING_TASK_RESOURCE, _TASK_RESOURCE, _tasks
+from gpu_constructs.rules._training import _PROCESSING_TASK_RESOURCE, _TASK_RESOURCE, _children, _tasks
+from gpu_constructs.training_spec.limits import DATA_VERSION_PLACEHOLDER
+from gpu_constructs.training_spec.sfn import DATASET_CHANNELS, RUNTIME_CHANNELS, STATIC_CHANNELS
 
 _FORMAT = re.compile(r"^States\.Format\('(?P<template>(?:[^'\\]|\\.)*)'")
 
@@ -41,9 +47,15 @@ _FORMAT = re.compile(r"^States\.Format\('(?P<template>(?:[^'\\]|\\.)*)'")
 def sagemaker_tasks(machine: Mapping[str, Any]) -> Iterator[tuple[str, JobKind, Mapping[str, Any]]]:
     """``(state name, job kind, request)`` of every SageMaker create-job task (the training rules' reader of state
     machines: nested states and the ``aws-sdk`` integrations included); the request keeps only what is known before
-    the run (see :func:`known_part`)."""
+    the run (see :func:`known_part`). A training task whose ``InputDataConfig`` is chosen at run time gets the
+    channels known before the run, the machine's ``static.channels`` (see :func:`static_channels`), when it has
+    them."""
+    channels = static_channels(machine)
     for name, params in _tasks(machine, _TASK_RESOURCE):
-        yield name, "training", known_part(params)
+        request = known_part(params)
+        if channels is not None and _chosen_at_run_time(params, "InputDataConfig"):
+            request = {**request, "InputDataConfig": channels}
+        yield name, "training", request
     for name, params in _tasks(machine, _PROCESSING_TASK_RESOURCE):
         yield name, "processing", known_part(params)
 
@@ -66,6 +78,57 @@ def known_part(value: Any) -> Any:
     if isinstance(value, list):
         return [known_part(v) for v in value]
     return value
+
+
+def static_channels(machine: Mapping[str, Any]) -> list[Any] | None:
+    """The channels known before the run of a state machine that computes its training jobs' ``InputDataConfig``
+    at run time (``gpu_constructs.training``'s ``MergeInputs`` state): the dataset and runtime channels of the
+    ``static.channels`` object of the Pass state that defines ``static`` (its ``Defaults`` state), known part only,
+    each ``{data_version}`` filled with a sample segment (``x``) as ``States.Format`` placeholders are; ``None``
+    when no Pass state, or more than one, defines them."""
+    found = [
+        channels
+        for state in _states(machine)
+        if state.get("Type") == "Pass"
+        and isinstance(state.get("Parameters"), Mapping)
+        and isinstance(state["Parameters"].get("static"), Mapping)
+        and isinstance(channels := state["Parameters"]["static"].get(STATIC_CHANNELS), Mapping)
+    ]
+    if len(found) != 1:
+        return None
+    [channels] = found
+    dataset, runtime = channels.get(DATASET_CHANNELS), channels.get(RUNTIME_CHANNELS)
+    if not isinstance(dataset, list) or not isinstance(runtime, list):
+        return None
+    return [_sample_version(known_part(c)) for c in [*dataset, *runtime]]
+
+
+def _states(machine: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every state of the machine, nested states included."""
+    states = machine.get("States")
+    if not isinstance(states, Mapping):
+        return
+    for state in states.values():
+        if isinstance(state, Mapping):
+            yield state
+            for branch in _children(state):
+                yield from _states(branch)
+
+
+def _sample_version(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _sample_version(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_sample_version(v) for v in value]
+    return value.replace(DATA_VERSION_PLACEHOLDER, "x") if isinstance(value, str) else value
+
+
+def _chosen_at_run_time(params: Any, key: str) -> bool:
+    """Whether the task's ``key`` is a ``"Key.$"`` path or a JSONata expression."""
+    if not isinstance(params, Mapping):
+        return False
+    value = params.get(key)
+    return f"{key}.$" in params or (isinstance(value, str) and value.strip().startswith("{%"))
 
 
 def _same_assembly(resource: Resource) -> list[StackView]:

@@ -39,16 +39,30 @@ from gpu_constructs.training_spec import (
 from gpu_constructs.training_spec.code import RESERVED_CHANNELS
 from gpu_constructs.training_spec.limits import CHANNEL_NAME_ALLOWED
 from gpu_constructs.training_spec.rules import READABLE_WHERE
+from gpu_constructs.training_spec.sfn import DATASET_CHANNELS, RUNTIME_CHANNELS, STATIC_CHANNELS
 
 if TYPE_CHECKING:
     from gpu_constructs.training.options import PrepareOptions
     from gpu_constructs.training.pipeline import TrainingPipeline
 
-__all__ = ["definition", "hyperparameter_expression", "input_expression"]
+__all__ = ["definition", "hyperparameter_expression", "input_expression", "static_channels"]
 
 _PATHS = SfnPaths(
     hyperparameters="$.run.hyperparameters", distribution="$.derived", input_data_config="$.run.input_data_config"
 )
+
+
+def static_channels(pipeline: TrainingPipeline) -> dict[str, list[dict[str, Any]]]:
+    """The channels known before the run, the one home of them (the ``Defaults`` state's ``static.channels``):
+    ``dataset``, the setup's dataset channels with ``{data_version}`` in their URIs (the ``MergeInputs`` state
+    puts the execution's ``data_version`` there), and ``runtime``, the code's channels (none without a code
+    package), whose ``code`` channel reads the setup's code package (``MergeInputs`` puts the execution's
+    ``code`` there). The ``SageMakerJobRoleAuthorized`` rule judges them for the ``Train`` state."""
+    code = pipeline.spec.code
+    return {
+        DATASET_CHANNELS: [c.render(DATA_VERSION_PLACEHOLDER) for c in pipeline.spec.channels],
+        RUNTIME_CHANNELS: code.channels() if code is not None else [],
+    }
 
 
 def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.IChainable:
@@ -75,7 +89,6 @@ def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOp
         pipeline, "ValidateHyperparameters", comment="Fail with every problem before SageMaker is called"
     )
     check_hp.when(sfn.Condition.jsonata("{% $count($states.input.run.problems) > 0 %}"), bad_hp)
-    code = pipeline.spec.code
     merge_inputs = sfn.Pass.jsonata(
         pipeline,
         "MergeInputs",
@@ -83,9 +96,8 @@ def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOp
         "dataset channels for the setup's code or with dataset: true, the code's; problems added",
         outputs="{% "
         + input_expression(
-            [c.render(DATA_VERSION_PLACEHOLDER) for c in pipeline.spec.channels],
+            [c.name for c in pipeline.spec.channels],
             pipeline.readable_inputs,
-            code_channels=code.channels() if code is not None else None,
             code=_code_kind(pipeline),
         )
         + " %}",
@@ -136,6 +148,7 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
             "static": {
                 "base_hyperparameters": dict(pipeline.spec.hyperparameters),
                 **({"code": code.source_s3_uri} if code is not None else {}),
+                STATIC_CHANNELS: static_channels(pipeline),
                 "result_defaults": {
                     "ModelArtifacts": {"S3ModelArtifacts": ""},
                     "FinalMetricDataList": [],
@@ -477,36 +490,18 @@ def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKin
     )
 
 
-def _literal(value: Any, version: str) -> str:
-    """``value`` (JSON) as a JSONata expression in which ``{data_version}`` of a string is the expression
-    ``version``."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)}: {_literal(v, version)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_literal(v, version) for v in value) + "]"
-    if isinstance(value, str) and DATA_VERSION_PLACEHOLDER in value:
-        return "(" + f" & {version} & ".join(json.dumps(p) for p in value.split(DATA_VERSION_PLACEHOLDER)) + ")"
-    return json.dumps(value)
-
-
-def input_expression(
-    dataset_channels: Sequence[Mapping[str, Any]],
-    readable: Sequence[str],
-    *,
-    code_channels: Sequence[Mapping[str, Any]] | None,
-    code: CodeKind = None,
-) -> str:
+def input_expression(dataset_names: Sequence[str], readable: Sequence[str], *, code: CodeKind = None) -> str:
     """The JSONata expression of the ``MergeInputs`` state (without the ``{% %}`` delimiters): the job's
     ``InputDataConfig`` in ``run.input_data_config``, its problems added to ``run.problems``.
 
     The execution input's ``inputs`` names the job's S3 channels, as the SageMaker SDK's ``fit({"training":
     "s3://..."})`` does: ``{"inputs": {"training": "s3://bucket/prefix/"}}`` or ``{"training": {"s3_uri": ...,
     "input_mode": "File"}}`` (File unless given, SageMaker's default). ``dataset`` (true/false) keeps the setup's
-    dataset channels (``dataset_channels``, rendered with ``{data_version}``, which becomes the execution's
-    ``data_version``); by default the setup's code keeps them (``code``: what the setup's jobs run; with a code
-    package, only when the execution runs the setup's package, ``args.code = static.code``) and code the execution
-    names gets only its inputs. The code's channels (``code_channels``, the ``code`` channel reading ``args.code``)
-    come last.
+    dataset channels (``static.channels.dataset`` of :func:`static_channels`, named ``dataset_names``; each
+    ``{data_version}`` of their strings becomes the execution's ``data_version``); by default the setup's code
+    keeps them (``code``: what the setup's jobs run; with a code package, only when the execution runs the setup's
+    package, ``args.code = static.code``) and code the execution names gets only its inputs. The code's channels
+    (``static.channels.runtime``, the ``code`` channel reading ``args.code``) come last.
 
     The problems, each naming the input and what is allowed, are the rules ``gpuctl train`` applies through
     :class:`~gpu_constructs.training_spec.TrainingJobSpec`: a channel name per botocore's ``ChannelName``
@@ -518,22 +513,7 @@ def input_expression(
     fails on any of them, before CreateTrainingJob.
     """
     own = "true" if code is None else "$in.args.code = $in.static.code"
-    names = [c["ChannelName"] for c in dataset_channels]
-    runtime = "[]"
-    if code_channels is not None:
-        first, *rest = code_channels
-        assert first["ChannelName"] == CODE_CHANNEL
-        code_channel = {**first, "DataSource": {"S3DataSource": {**first["DataSource"]["S3DataSource"], "S3Uri": ""}}}
-        runtime = (
-            "["
-            + ", ".join(
-                [
-                    _literal(code_channel, "$version").replace('"S3Uri": ""', '"S3Uri": $in.args.code'),
-                    *(_literal(c, "$version") for c in rest),
-                ]
-            )
-            + "]"
-        )
+    names = list(dataset_names)
     modes = ", ".join(INPUT_MODES)
     q = json.dumps
     user_mode = q(USER_INPUT_MODE)
@@ -580,8 +560,17 @@ def input_expression(
     ]
   )}};
   $names := $isObject ? $keys($inputs) : [];
-  $channels := $append($append($dataset = true ? {_literal(list(dataset_channels), "$version")} : [],
-    $map($names, $channel)), {runtime});
+  $static := $in.static.{STATIC_CHANNELS};
+  $versioned := function($v) {{
+    $type($v) = 'string' ? $join($split($v, {q(DATA_VERSION_PLACEHOLDER)}), '' & $version)
+      : $type($v) = 'array' ? $append([], $map($v, $versioned))
+      : $type($v) = 'object' ? $merge($append([{{}}], $each($v, function($x, $k) {{ {{$k: $versioned($x)}} }})))
+      : $v
+  }};
+  $codeFrom := function($c) {{ $c.ChannelName = {q(CODE_CHANNEL)} ? $merge([$c, {{'DataSource': $merge([$c.DataSource,
+    {{'S3DataSource': $merge([$c.DataSource.S3DataSource, {{'S3Uri': $in.args.code}}])}}])}}]) : $c }};
+  $channels := $append($append($append([], $dataset = true ? $versioned($static.{DATASET_CHANNELS}) : []),
+    $map($names, $channel)), $map($versioned($static.{RUNTIME_CHANNELS}), $codeFrom));
   $problems := $append($append($append($append(
     $in.run.problems,
     ($exists($given) and $not($isObject)) ? ['inputs=' & $string($given)

@@ -12,7 +12,17 @@ from gpu_constructs.training_spec.limits import DATA_VERSION_PLACEHOLDER, TOKEN_
 from gpu_constructs.training_spec.rules import raise_problems
 from gpu_constructs.training_spec.service_model import service_model_problems
 
-__all__ = ["Dynamic", "SfnPaths", "iter_dynamic_paths", "states_array", "states_format", "substitute_sfn_samples"]
+__all__ = [
+    "DATASET_CHANNELS",
+    "RUNTIME_CHANNELS",
+    "STATIC_CHANNELS",
+    "Dynamic",
+    "SfnPaths",
+    "iter_dynamic_paths",
+    "states_array",
+    "states_format",
+    "substitute_sfn_samples",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,15 @@ class SfnPaths:
 
 
 DEFAULT_PATHS = SfnPaths()
+
+#: The key of the training state machine's ``static`` object (its ``Defaults`` state's constants) that holds the
+#: channels known before the run, and the keys of its two lists: the setup's dataset channels (``{data_version}``
+#: in their strings) and the code's channels (the ``code`` channel with the setup's code package); the
+#: ``MergeInputs`` state builds the job's ``InputDataConfig`` from them, and the ``SageMakerJobRoleAuthorized``
+#: rule judges them.
+STATIC_CHANNELS = "channels"
+DATASET_CHANNELS = "dataset"
+RUNTIME_CHANNELS = "runtime"
 
 
 @dataclass(frozen=True)
