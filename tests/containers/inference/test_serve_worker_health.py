@@ -5,6 +5,7 @@ clear 500 (never left to the request timeout), and it is restarted (a model proc
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import time
@@ -111,9 +112,10 @@ def test_a_model_process_whose_model_thread_dies_is_restarted(fragile_dir: Path,
     try:
         died = invoke(srv.port, [[-2.0, 1.0]])
         at_once = request(srv.port, "GET", "/ping")  # the model process said it died before it exited
+        answered = time.time()
         pings = _wait_for_ping(srv.port, "healthy", 60)
         after = invoke(srv.port, [[1.0, 2.0]])
-        srv.wait_for("model_process_restarted", 10)
+        restarted = srv.wait_for("model_process_restarted", 10)
     finally:
         assert srv.stop() == 0
     assert died.status == 500 and died.seconds < 10, died
@@ -121,7 +123,10 @@ def test_a_model_process_whose_model_thread_dies_is_restarted(fragile_dir: Path,
     assert after.status == 200 and after.json() == [[1.0, 2.0]]
     exited = [e for e in srv.events("error") if "while serving" in e["message"]]
     assert exited and exited[0]["exit_code"] == 70, srv.events("error")
-    assert (at_once.status, at_once.json()) == (503, {"status": "restarting"})
+    # 503 until the replacement is up; on a loaded machine it may be up before this ping is answered.
+    replaced_first = _epoch(restarted["ts"]) <= answered
+    expected = (200, {"status": "healthy"}) if replaced_first else (503, {"status": "restarting"})
+    assert (at_once.status, at_once.json()) == expected
     assert pings[-1] == "healthy"
 
 
@@ -196,3 +201,8 @@ def test_an_in_process_model_thread_stuck_in_a_forward_pass_is_unhealthy_until_i
     assert after.status == 200
     assert any("the model thread is hung" in e["message"] for e in srv.events("error"))
     assert srv.events("model_thread_recovered")
+
+
+def _epoch(ts: str) -> float:
+    """A log record's ``ts`` (``2026-11-27T22:56:57.620Z``, UTC) as seconds since the epoch."""
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
