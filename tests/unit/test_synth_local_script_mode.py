@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from gpuctl import training_setup
 from gpuctl.cli import main
 
 
@@ -21,15 +20,8 @@ def outdir(synth: Any) -> Path:
 
 
 @pytest.fixture()
-def offline_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No AWS client may be made, and the jobs run on the CPU (gloo) on any host."""
-
-    def refuse(service: str, region: str | None) -> Any:
-        raise AssertionError(f"--synth made an AWS client ({service}, {region})")
-
-    monkeypatch.setattr(training_setup, "make_client", refuse)
-    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "GPUCTL_STACK", "GPUCTL_ENV"):
-        monkeypatch.delenv(name, raising=False)
+def offline_cpu(no_aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No AWS client may be made (``no_aws``), and the jobs run on the CPU (gloo) on any host."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 

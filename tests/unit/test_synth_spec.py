@@ -19,7 +19,6 @@ import pytest
 
 from gpu_constructs.training_spec import TrainingJobSpec, service_model_problems
 from gpu_constructs.training_spec.code_package import code_s3_key, package_source_dir
-from gpuctl import training_setup
 from gpuctl.cli import main
 from gpuctl.synth_spec import PLACEHOLDER_ACCOUNT, SynthSpecError, load_synth_spec
 
@@ -35,18 +34,6 @@ def outdir(synth: Any) -> Path:
 @pytest.fixture(scope="module")
 def spec_text(outdir: Path) -> str:
     return load_synth_spec(outdir, STACK, REGION)
-
-
-@pytest.fixture()
-def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No AWS client may be made; the environment picks neither a stack, an environment nor a region."""
-
-    def refuse(service: str, region: str | None) -> Any:
-        raise AssertionError(f"--synth made an AWS client ({service}, {region})")
-
-    monkeypatch.setattr(training_setup, "make_client", refuse)
-    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "GPUCTL_STACK", "GPUCTL_ENV"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def test_the_synthesized_spec_loads_and_renders_a_valid_request(spec_text: str) -> None:
