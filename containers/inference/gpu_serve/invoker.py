@@ -108,7 +108,7 @@ class Invoker:
             submitted = True
             return Pending(future, accept, request_id, shape)
         except ModelWorkerError as exc:  # the model thread died: answered at once
-            return Outcome(exc.status_code, message=exc.message)
+            return Outcome(exc.status_code, message=exc.message, worker_died=True)
         except RuntimeError as exc:  # the model thread stopped (shutdown) before the request was queued
             return Outcome(503, message=f"server is shutting down ({exc})")
         finally:
@@ -172,7 +172,7 @@ class Invoker:
 
     def _predict_error(self, pending: Pending, exc: BaseException) -> Outcome:
         if isinstance(exc, ModelWorkerError):  # not the handler's failure: the model thread died under it
-            return Outcome(exc.status_code, message=exc.message)
+            return Outcome(exc.status_code, message=exc.message, worker_died=True)
         good, shape = self.good_shapes, pending.shape
         if shape is not None and good and shape not in good and status_of(exc, 500) == 500:
             # The model has answered other shapes and fails on this one: the input is wrong, not the server.

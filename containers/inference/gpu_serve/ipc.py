@@ -103,6 +103,9 @@ class Outcome:
     batch_requests: int | None = None
     #: Index of the model process that answered, set by the serving process when it has several (not sent).
     model_process: int | None = None
+    #: The model thread that held the request is gone: the serving process stops counting this model process as
+    #: ready when it reads this answer, before the client gets it, so a ``/ping`` sent after the 500 is never 200.
+    worker_died: bool = False
 
     def encode(self) -> bytes:
         """The ``RESULT`` payload: status, JSON meta, body."""
@@ -113,6 +116,8 @@ class Outcome:
             meta["details"] = self.details
         if self.model_latency_ms is not None:
             meta["batch"] = [self.model_latency_ms, self.queue_ms, self.batch_size, self.batch_requests]
+        if self.worker_died:
+            meta["worker_died"] = True
         raw = json.dumps(meta, default=str).encode()
         return _RESULT.pack(self.status, len(raw)) + raw + self.body
 
@@ -130,6 +135,7 @@ class Outcome:
         )
         if "batch" in meta:
             out.model_latency_ms, out.queue_ms, out.batch_size, out.batch_requests = meta["batch"]
+        out.worker_died = bool(meta.get("worker_died"))
         return out
 
 

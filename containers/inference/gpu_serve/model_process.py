@@ -299,9 +299,12 @@ class ModelProcesses:
             elif kind == ipc.DIED:
                 worker.died = True  # not ready from now on; _run answers what it held once it has exited
             elif kind == ipc.RESULT:
+                outcome = Outcome.decode(payload)
+                if outcome.worker_died:  # its DIED frame may come after this answer, or not at all (os._exit)
+                    worker.died = True
                 future = worker.pending.get(request_id)
                 if future is not None and not future.done():
-                    future.set_result(Outcome.decode(payload))
+                    future.set_result(outcome)
             elif kind == ipc.BATCH:
                 self._on_batch(*ipc.parse_batch(payload))
             elif kind == ipc.LOG:

@@ -93,6 +93,9 @@ def test_outcomes_invocations_and_the_config_cross_the_socket_unchanged(tmp_path
     assert ipc.Outcome.decode(ok.encode()) == ok
     bad = ipc.Outcome(400, message="input has shape [1, 3]", details={"expected_shape": ["N", 4]})
     assert ipc.Outcome.decode(bad.encode()) == bad
+    # The answer of a request whose model thread died says so, for the serving process's health before the client's.
+    died = ipc.Outcome(500, message="the model thread died (SystemExit: 3)", worker_died=True)
+    assert ipc.Outcome.decode(died.encode()) == died and ipc.Outcome.decode(bad.encode()).worker_died is False
 
     body = bytes(range(256)) * 300  # binary, larger than one socket read
     payload = b"".join(ipc.invoke_payload("application/x-npy", "application/json", "req-é1", body))
