@@ -32,6 +32,7 @@ and ``torch.autocast`` on CUDA. At the end rank 0 writes ``model.pt`` (state_dic
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import logging
@@ -190,6 +191,34 @@ def loader_workers(requested: int, local_world: int) -> int:
     return auto_workers(cpus, local_world)
 
 
+class CopyFence:
+    """Keeps a batch's pinned slot from being refilled before its copy to the GPU has run.
+
+    :class:`ShardLoader` (with workers) hands out views of slots that its workers reuse: a batch stays valid until
+    ``hold`` more batches have been asked for. A ``non_blocking`` copy only queues on the GPU, and the host can run
+    many steps ahead of it, so before asking for the next batch this waits for the copy of the batch whose slot that
+    request frees (in steady state long done: no wait). On the CPU nothing is queued and it does nothing.
+    """
+
+    def __init__(self, hold: int, device: torch.device, new_event: Any = None) -> None:
+        self.hold = hold
+        self.enabled = device.type == "cuda"
+        self.new_event = new_event or (lambda: torch.cuda.Event())
+        self.pending: collections.deque[Any] = collections.deque()
+
+    def copied(self) -> None:
+        """After the batch's host-to-device copies were queued."""
+        if self.enabled:
+            event = self.new_event()
+            event.record()
+            self.pending.append(event)
+
+    def before_next(self) -> None:
+        """Before asking the loader for the next batch."""
+        while len(self.pending) >= self.hold:
+            self.pending.popleft().synchronize()
+
+
 def to_input(images: torch.Tensor, device: torch.device, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 (N, H, W, 3) pixels -> normalised float (N, 3, H, W) on ``device`` (channels_last on CUDA)."""
     x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255.0)
@@ -334,9 +363,11 @@ def train(args: argparse.Namespace, ctx: DistContext, stop: StopFlag) -> int:
     )
     net.train()
     window = LossWindow(device)
+    fence = CopyFence(loader.hold, device)
     while epoch < args.epochs and not (args.max_steps and step >= args.max_steps):
         batches = loader.epoch(epoch, position)
         while True:
+            fence.before_next()
             item = next(batches, None)
             stopping, exhausted = ctx.sync_flags(stop.requested, item is None)
             if stopping:
@@ -350,6 +381,7 @@ def train(args: argparse.Namespace, ctx: DistContext, stop: StopFlag) -> int:
             images, labels, position = item
             x = to_input(images, device, mean, std)
             y = labels.to(device, non_blocking=True)
+            fence.copied()
             with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
                 loss = criterion(net(x), y)
             optimizer.zero_grad(set_to_none=True)

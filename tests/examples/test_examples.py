@@ -395,3 +395,40 @@ def test_causal_lm_reads_every_text_file_and_names_a_missing_one(tmp_path: Path)
     assert example.read_corpus(tmp_path, "*.txt") == "second\nfirst"  # path order: b.txt < nested/a.txt
     with pytest.raises(ValueError, match=r"no file matching --train_files='\*\.csv'"):
         example.read_corpus(tmp_path, "*.csv")
+
+
+def test_ddp_shards_waits_for_the_copy_of_the_batch_whose_slot_the_next_request_frees() -> None:
+    """The loader keeps a batch valid until ``hold`` more are asked for; on a GPU the example's ``non_blocking``
+    copies only queue, so before each request it waits for the copy of the batch that request frees."""
+    import torch
+
+    train = import_example("ddp_shards")
+    log: list[str] = []
+
+    class Event:
+        count = 0
+
+        def __init__(self) -> None:
+            Event.count += 1
+            self.name = f"copy{Event.count}"
+
+        def record(self) -> None:
+            log.append(f"record {self.name}")
+
+        def synchronize(self) -> None:
+            log.append(f"wait {self.name}")
+
+    fence = train.CopyFence(3, torch.device("cuda", 0), new_event=Event)
+    for batch in range(1, 6):
+        fence.before_next()
+        log.append(f"next {batch}")
+        fence.copied()
+    assert log == [
+        "next 1", "record copy1", "next 2", "record copy2", "next 3", "record copy3",
+        "wait copy1", "next 4", "record copy4", "wait copy2", "next 5", "record copy5",
+    ]  # fmt: skip
+    cpu = train.CopyFence(3, torch.device("cpu"), new_event=Event)
+    for _ in range(5):
+        cpu.before_next()
+        cpu.copied()
+    assert not cpu.pending  # nothing is queued on the CPU: nothing to wait for
