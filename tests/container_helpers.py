@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +23,26 @@ def import_model_handler(model_dir: Path, module_name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def toolkit_environ(base_dir: Path, bin_dir: Path) -> dict[str, str]:
+    """The environment in which a test runs the SageMaker training toolkit (``sagemaker-training``) on a tree at
+    ``base_dir``, as on a CPU instance: the toolkit counts GPUs with ``nvidia-smi --list-gpus``, so ``bin_dir`` puts
+    first on ``PATH`` an ``nvidia-smi`` that fails (the toolkit then counts 0, like the launcher given
+    ``CUDA_VISIBLE_DEVICES=""``), on a GPU host too. ``PYTHONPATH`` is kept: where the toolkit is installed into a
+    folder of its own (``make gpu-check``), that is how the child finds it."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed: no GPU in this test' >&2\nexit 9\n")
+    smi.chmod(0o755)
+    environ = {
+        "SAGEMAKER_BASE_DIR": str(base_dir),
+        "PATH": os.pathsep.join(filter(None, [str(bin_dir), os.environ.get("PATH", "")])),
+        "AWS_DEFAULT_REGION": "x",
+    }
+    if os.environ.get("PYTHONPATH"):
+        environ["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return environ
 
 
 def make_images(root: Path, *, classes: int = 3, per_class: int = 64, seed: int = 0) -> Path:

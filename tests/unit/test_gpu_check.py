@@ -86,3 +86,21 @@ def test_summary_is_one_table_of_the_steps() -> None:
     assert "on 1 x NVIDIA H100 80GB HBM3 (79 GiB), driver 580.159, 16 vCPUs" in text
     assert "| install | passed | 12 | 28 packages |" in text
     assert "| tests | failed | 200 | 1 failed / x |" in text  # a pipe in a detail does not break the table
+
+
+def test_missed_targets_are_read_from_the_benchmarks_own_lines() -> None:
+    """Lines as ``training_gpu`` and ``inference_batching`` printed them on an H100: a step that exits 0 can still
+    miss a target, and the summary says which."""
+    lines = [
+        "| raw shards | 3,892 | 100.3% | >= 98%: met | 149.0 KiB | 4.75 GB/s (38.0 Gbit/s) |",
+        "| JPEG shards (nvJPEG decode) | 3,421 | 88.2% | >= 95%: NOT met | 8.8 KiB | 0.25 GB/s (2.0 Gbit/s) |",
+        "Target at N=32: throughput >= 2x and p99 no worse than per-request. Measured: **1.69x** throughput, "
+        "p99 14.8 ms vs 27.5 ms: **NOT met**.",
+        "![dynamic batching vs per-request](img/inference_batching_gpu.png)",
+    ]
+    assert gpu_check.missed_targets(lines) == [
+        "JPEG shards (nvJPEG decode), 3,421, 88.2%, >= 95%: NOT met",
+        "Target at N=32: throughput >= 2x and p99 no worse than per-request. Measured: 1.69x throughput, "
+        "p99 14.8 ms vs 27.5 ms: NOT met.",
+    ]
+    assert gpu_check.missed_targets(lines[:1]) == []

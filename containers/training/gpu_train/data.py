@@ -47,12 +47,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import logging
 import math
 import mmap
 import multiprocessing
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -402,6 +404,31 @@ def _shared_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
+def _unpin(cudart: Any, tensors: list[torch.Tensor]) -> None:
+    """Undo :meth:`BatchSlots.pin` for ``tensors`` (which this call keeps mapped until it returns)."""
+    failed = [error for error in (cudart.cudaHostUnregister(t.data_ptr()) for t in tensors) if int(error) != 0]
+    if failed:
+        clear_cuda_error()
+        log.warning("cudaHostUnregister of loader batch slots failed: %s", cudart.cudaGetErrorString(failed[0]))
+
+
+def clear_cuda_error() -> int:
+    """Reset the CUDA runtime's last error (``cudaGetLastError``) and return what it was (0: none; -1: no CUDA
+    runtime library is loaded in this process). torch has no Python binding for it and checks the last error after
+    each kernel launch, so an error left by a failed ``cudaHostRegister`` would fail an unrelated copy later. The
+    runtime is the ``libcudart`` torch loaded (found in ``/proc/self/maps``): the last error belongs to it."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return -1
+    paths = {line.split()[-1] for line in maps.splitlines() if "libcudart.so" in line.rsplit("/", 1)[-1]}
+    if not paths:
+        return -1
+    get_last_error = ctypes.CDLL(sorted(paths)[0]).cudaGetLastError
+    get_last_error.restype = ctypes.c_int
+    return int(get_last_error())
+
+
 class BatchSlots:
     """The batch buffers of a loader's workers: ``ring`` slots per worker, in shared memory made by the main
     process before it starts the workers, so a worker fills a slot that the training process already maps.
@@ -433,7 +460,7 @@ class BatchSlots:
         self.labels = _shared_tensor(head, torch.int64)
         self.control = torch.zeros(1 + 2 * self.workers, dtype=torch.int64).share_memory_()
         self._control = self.control.numpy()
-        self.pinned = False
+        self.pinned = self.pin_failed = False
 
     @property
     def nbytes(self) -> int:
@@ -464,23 +491,35 @@ class BatchSlots:
 
     def pin(self) -> None:
         """Page-lock the slots for the GPU (https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html,
-        ``cudaHostRegister``); a failure (e.g. a locked-memory limit) leaves them pageable, with a warning."""
-        if self.pinned or not torch.cuda.is_available():
+        ``cudaHostRegister``); a failure (e.g. a locked-memory limit) leaves them pageable, with a warning.
+
+        The registration is undone (``cudaHostUnregister``) when the slots are collected, before their memory is
+        unmapped: a range left registered makes the next ``cudaHostRegister`` of memory mapped at the same address
+        fail with ``cudaErrorHostMemoryAlreadyRegistered``. A failed call also leaves the runtime's last error set,
+        which the next kernel launch would raise as its own; it is cleared here (:func:`clear_cuda_error`)."""
+        if self.pinned or self.pin_failed or not torch.cuda.is_available():
             return
         cudart = torch.cuda.cudart()
+        registered: list[torch.Tensor] = []
         for tensor in (self.images, self.data, self.sizes, self.labels):
             if tensor is None:
                 continue
             size = tensor.numel() * tensor.element_size()
             error = cudart.cudaHostRegister(tensor.data_ptr(), size, 0)
             if int(error) != 0:
+                _unpin(cudart, registered)
+                clear_cuda_error()
+                self.pin_failed = True  # not tried again each epoch
                 log.warning(
-                    "cannot page-lock %d MB of loader batch slots (cudaHostRegister error %s): host-to-device copies "
+                    "cannot page-lock %.1f MiB of loader batch slots (cudaHostRegister: %s): host-to-device copies "
                     "from them are synchronous",
-                    size >> 20,
-                    error,
+                    size / 2**20,
+                    cudart.cudaGetErrorString(error),
                 )
                 return
+            registered.append(tensor)
+        self._unpin = weakref.finalize(self, _unpin, cudart, registered)
+        self._unpin.atexit = False  # at exit the process's memory goes with it
         self.pinned = True
 
     # -- worker

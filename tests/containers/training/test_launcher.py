@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from container_helpers import toolkit_environ
 
 from gpu_train import gpu_check, launcher, sagemaker
 from gpu_train.errors import ConfigError
@@ -926,7 +927,7 @@ def test_the_scripts_arguments_and_hyperparameter_variables_are_the_toolkits(
     through the launcher: the same arguments in the same order, and the same SM_HPS, SM_HP_<NAME>, SM_USER_ARGS."""
     job.configure(PARITY_HP, instance_type="ml.m5.xlarge").script("print('never started')\n")
     out = tmp_path / "toolkit.json"
-    environ = {"SAGEMAKER_BASE_DIR": str(job.root), "PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "x"}
+    environ = toolkit_environ(job.root, tmp_path / "bin")
     done = subprocess.run(
         [sys.executable, "-c", TOOLKIT_SCRIPT_VIEW, str(out)], capture_output=True, text=True, timeout=120, env=environ
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from container_helpers import toolkit_environ
 
 from gpu_train import launcher
 
@@ -66,7 +67,7 @@ def _tree(root: Path, host: str, hosts: list[str]) -> Path:
 
 def _toolkit(root: Path, tmp_path: Path) -> dict[str, str]:
     out = tmp_path / "toolkit.json"
-    environ = {"SAGEMAKER_BASE_DIR": str(root), "PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "x"}
+    environ = toolkit_environ(root, tmp_path / "bin")
     done = subprocess.run(
         [sys.executable, "-c", TOOLKIT_VARIABLES, str(out)], capture_output=True, text=True, timeout=120, env=environ
     )

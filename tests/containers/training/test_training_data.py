@@ -266,3 +266,61 @@ def test_device_pipeline_prefetches_and_profiles_on_the_cpu(shards: Path) -> Non
     assert isinstance(pipeline.times, PipelineTimes) and pipeline.times.batches == len(got)
     with pytest.raises(ValueError, match="prefetch depth -1 is not allowed"):
         DevicePipeline(torch.device("cpu"), mean=(0.5,) * 3, std=(0.5,) * 3, depth=-1)
+
+
+class _FakeCudart:
+    """``torch.cuda.cudart()`` as far as :meth:`BatchSlots.pin` uses it; ``fail_at``: the registration that fails."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at, self.registered, self.calls = fail_at, set[int](), 0
+
+    def cudaHostRegister(self, pointer: int, size: int, flags: int) -> int:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            return 712  # cudaErrorHostMemoryAlreadyRegistered
+        self.registered.add(pointer)
+        return 0
+
+    def cudaHostUnregister(self, pointer: int) -> int:
+        self.registered.remove(pointer)
+        return 0
+
+    def cudaGetErrorString(self, error: int) -> str:
+        return "part or all of the requested memory range is already mapped"
+
+
+@pytest.mark.parametrize("fail_at", [None, 2])
+def test_pinned_slots_are_unregistered_on_collection_or_failure(
+    shards: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fail_at: int | None
+) -> None:
+    """Every range page-locked is unregistered again: when the slots are collected (before their memory is
+    unmapped, or the next registration at that address fails), or at once when a later registration fails; a
+    failure is tried once, not every epoch."""
+    import gc
+
+    from gpu_train import data
+
+    fake = _FakeCudart(fail_at)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: fake)
+    monkeypatch.setattr(data, "clear_cuda_error", lambda: 0)
+    slots = data.BatchSlots(_config(shards, num_workers=2, ring_size=3))
+    slots.pin()
+    slots.pin()
+    if fail_at is None:
+        assert slots.pinned and len(fake.registered) == 2 and fake.calls == 2  # images and labels, once
+        del slots
+        gc.collect()
+    else:
+        assert not slots.pinned and slots.pin_failed and fake.calls == 2
+        assert "cannot page-lock" in caplog.text and "already mapped" in caplog.text
+    assert fake.registered == set()
+
+
+def test_the_cuda_error_reset_needs_a_loaded_cuda_runtime() -> None:
+    """On a host whose torch loaded no ``libcudart`` (a CPU build) there is no error to reset: -1 says so."""
+    from gpu_train.data import clear_cuda_error
+
+    if torch.cuda.is_available():
+        pytest.skip("this host's torch loaded a CUDA runtime (the GPU tests reset a real error)")
+    assert clear_cuda_error() == -1
