@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "docs" / "benchmarks.md"
+
+
+def relative_to_repo(argument: str) -> str:
+    """A command-line argument as a report shows it: a path inside the repository relative to its root."""
+    path = Path(argument)
+    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else argument
 
 
 def write_section(name: str, markdown: str, report: Path = REPORT) -> None:

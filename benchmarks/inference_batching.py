@@ -289,6 +289,8 @@ def render(
     flags = f" --model {args.model}" if convnet else ""
     if args.max_batch_size != 32:
         flags += f" --max-batch-size {args.max_batch_size}"
+    if args.device != "auto":
+        flags += f" --device {args.device}"
     model_text = (
         f"ResNet-18-style convnet, width 16, 32x32 input, 10 classes ({info['params_m']:.2f} M parameters, fp32; "
         "the model of the serve-peers benchmark below, exported by `gpu_train.export`), one `.npy` sample "

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import serve_peers as sp
-from benchmarks._report import LoadCurve, plot_load_curves, write_section
+from benchmarks._report import LoadCurve, plot_load_curves, relative_to_repo, write_section
 
 SECTION = "serve-gpu"
 PLOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "serve_gpu.png"
@@ -140,7 +140,8 @@ def render(
     head = (["dynamic / one per forward"] if "per_request" in cells else []) + [
         f"{h} {LABELS[p]}" for p in peers for h in ("throughput vs", "p99 vs")
     ]
-    command = " ".join(["python -m benchmarks.serve_gpu", *args.argv])
+    # a path in the repository is written relative to it: the section names no machine's folders
+    command = " ".join(["python -m benchmarks.serve_gpu", *(relative_to_repo(a) for a in args.argv)])
     lines = [
         f"## Inference on the GPU: {info['model'].split(' ')[0]} {args.dtype}, dynamic batching vs one request per "
         "forward, LitServe and TorchServe",

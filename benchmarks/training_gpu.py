@@ -277,6 +277,8 @@ def report(args: argparse.Namespace, device_name: str, step: Step, workers: int,
            figure: bool) -> str:  # fmt: skip
     synthetic = results[0].rate
     lines = [
+        "## Training throughput on the GPU: synthetic vs real shards, raw and JPEG",
+        "",
         f"Command: `python3 -m benchmarks.training_gpu{' --profile' if args.profile else ''}` on {device_name} "
         f"({os.cpu_count()} vCPUs), torch {torch.__version__}, {args.arch}, batch {args.batch_size}, AMP {step.amp}, "
         f"channels_last, {args.steps} steps after {args.warmup} warm-up steps per input, {workers} loader workers, "

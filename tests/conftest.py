@@ -97,3 +97,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skipped, reason = gpu, "needs a CUDA device (make gpu-check runs it on a GPU host)"
     for item in skipped:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _restore_tf32_flags():
+    """The built-in trainer turns TF32 matmuls on for the process (``gpu_train.train_loop``); a test that trains in
+    process must not leave them on for the next test in the same worker, whose GPU results would then differ from
+    the CPU by TF32 rounding (seen on an H100: 1.9e-4 in an MLP). Restored only where torch is already loaded."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    # torch's defaults where it is loaded by the test itself (matmul off, cuDNN convolutions on)
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) if torch else (False, True)
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

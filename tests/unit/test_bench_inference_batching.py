@@ -32,7 +32,7 @@ def _results(base_tput: float, dyn_tput: float) -> dict[str, list[RunResult]]:
 def _args(model: str) -> Namespace:
     return Namespace(
         model=model, max_batch_size=32, max_batch_delay_ms=5.0, requests=1500, in_features=512, width=2048,
-        depth=4, threads=1,
+        depth=4, threads=1, device="auto",
     )  # fmt: skip
 
 
@@ -55,6 +55,13 @@ def test_a_ratio_under_2x_is_reported_as_not_met() -> None:
     markdown, ok = render(_results(100.0, 150.0), _args("mlp"), _info(), 32, {})
     assert "(MLP, JSON requests)" in markdown and "MB of weights" in markdown
     assert "**NOT met**" in markdown and not ok
+
+
+def test_the_command_shown_repeats_a_device_other_than_the_default() -> None:
+    args = _args("mlp")
+    args.device = "cuda"
+    markdown, _ = render(_results(100.0, 300.0), args, _info(), 32, {})
+    assert "`python -m benchmarks.inference_batching --device cuda --requests 1500`" in markdown
 
 
 def test_both_load_benchmarks_draw_their_curves_with_the_shared_plot(tmp_path: Path) -> None:
