@@ -441,22 +441,54 @@ def test_driver_without_bootstrap_or_with_a_bad_wheel_name_is_refused(runtime: t
         build_driver(runtime_dir, wheels_dir)
 
 
-@pytest.mark.skipif(not BOOTSTRAP.is_file(), reason=f"{BOOTSTRAP} (the launcher's entry) is not written yet")
+def _shipped_runtime_files(package_dir: Path) -> list[str]:
+    """The files of the gpu_train package the launcher must carry, walked here independently of the library."""
+    found = []
+    for folder, dirs, files in os.walk(package_dir):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+        for name in files:
+            if not name.startswith(".") and not name.endswith((".pyc", ".pyo")):
+                found.append((Path(folder) / name).relative_to(package_dir.parent).as_posix())
+    return sorted(found)
+
+
 def test_the_platform_driver_carries_the_runtime_and_answers_help(tmp_path: Path) -> None:
-    driver = ensure_driver(cache_dir=tmp_path / "cache")
-    names = zipfile.ZipFile(driver).namelist()
-    assert names[0] == "__main__.py"
+    cache = tmp_path / "cache"
+    driver = ensure_driver(cache_dir=cache)
+    data = driver.read_bytes()
+    # written once per content, at <cache>/<first 32 hex digits of its SHA-256>/gpu_train_driver.pyz
+    assert driver == cache / hashlib.sha256(data).hexdigest()[:32] / DRIVER_NAME
+    assert ensure_driver(cache_dir=cache) == driver
+    assert build_driver() == (DRIVER_NAME, data)  # the same bytes on every build
+    archive = zipfile.ZipFile(driver)
+    names = archive.namelist()
+    runtime_files = _shipped_runtime_files(BOOTSTRAP.parent)
+    wheels = sorted(p.name for p in DEFAULT_WHEELS_DIR.glob("*.whl"))
+    # exactly: the bootstrap as __main__.py, then the runtime package, then the vendored wheels, in that order
+    assert names == ["__main__.py", *runtime_files, *(f"wheels/{w}" for w in wheels)]
     assert {"gpu_train/__init__.py", "gpu_train/bootstrap.py", "gpu_train/entrypoint.py"} <= set(names)
-    assert sorted(n for n in names if n.startswith("wheels/")) == sorted(
-        f"wheels/{p.name}" for p in DEFAULT_WHEELS_DIR.glob("*.whl")
-    )
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    assert archive.read("__main__.py") == BOOTSTRAP.read_bytes()
+    for name in runtime_files:
+        assert archive.read(name) == (DEFAULT_RUNTIME_DIR / name).read_bytes(), name
+    # the vendored wheels are the ones SHA256SUMS pins, byte for byte
+    sums = dict(line.split()[::-1] for line in (DEFAULT_WHEELS_DIR / "SHA256SUMS").read_text().splitlines() if line)
+    assert sorted(sums) == wheels
+    for wheel in wheels:
+        assert hashlib.sha256(archive.read(f"wheels/{wheel}")).hexdigest() == sums[wheel], wheel
+    for info in archive.infolist():
+        assert (info.compress_type, info.date_time, info.external_attr >> 16) == (
+            zipfile.ZIP_STORED,
+            (1980, 1, 1, 0, 0, 0),
+            0o100644,
+        ), info.filename
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"COLUMNS": "100"}  # argparse's width
     result = subprocess.run(
         [sys.executable, str(driver), "--help"], capture_output=True, text=True, check=False, cwd=tmp_path, env=env
     )
     assert result.returncode == 0, result.stderr
-    assert "usage" in result.stdout.lower()
+    assert result.stdout.startswith("usage: gpu_train [-h] [{train,launch,gpu-check,shard}]\n"), result.stdout
+    assert "GPU training runtime (SageMaker contract)" in result.stdout
 
 
 # --------------------------------------------------------------------------------------------------
@@ -640,8 +672,33 @@ def test_a_package_whose_key_is_a_prefix_of_another_counts_as_missing() -> None:
     assert upload_package(s3, "code-bucket", "code/p/abc/sourcedir.tar.gz", b"x", None, progress=lambda _: None)
 
 
-@pytest.mark.skipif(not DEFAULT_CODE_DIR.is_dir(), reason=f"{DEFAULT_CODE_DIR} (the built-in code) is not written yet")
-def test_the_built_in_code_folder_packages_with_the_default_entry_point() -> None:
+def test_the_built_in_code_folder_packages_with_the_default_entry_point(tmp_path: Path) -> None:
+    train = DEFAULT_CODE_DIR / DEFAULT_ENTRY_POINT
+    assert DEFAULT_ENTRY_POINT == "train.py"
     package = package_source_dir(DEFAULT_CODE_DIR, DEFAULT_ENTRY_POINT)
-    assert DEFAULT_ENTRY_POINT in package.files
+    assert package.files == ("train.py",)
+    assert package.entry_point == "train.py"
+    assert package.size_bytes == train.stat().st_size
     assert package.size_bytes < MAX_SOURCE_BYTES
+    assert package.sha256 == hashlib.sha256(package.data).hexdigest()
+    assert package_source_dir(DEFAULT_CODE_DIR, DEFAULT_ENTRY_POINT).data == package.data  # deterministic
+    # the gzip header carries no time and no file name; the one member has fixed metadata and the file's bytes
+    assert package.data[:2] == b"\x1f\x8b" and package.data[4:8] == b"\0\0\0\0"
+    assert not package.data[3] & 0x08  # FNAME flag off
+    with tarfile.open(fileobj=io.BytesIO(package.data), mode="r:gz") as archive:
+        (member,) = archive.getmembers()
+        assert (member.name, member.mode, member.mtime, member.uid, member.gid, member.uname, member.gname) == (
+            "train.py",
+            0o644,
+            0,
+            0,
+            0,
+            "",
+            "",
+        )
+        extracted = archive.extractfile(member)
+        assert extracted is not None and extracted.read() == train.read_bytes()
+    assert code_s3_key("gpu-dev", package) == f"code/gpu-dev/{package.sha256}/sourcedir.tar.gz"
+    path, again = ensure_source_package(DEFAULT_CODE_DIR, DEFAULT_ENTRY_POINT, cache_dir=tmp_path)
+    assert path == tmp_path / package.sha256[:32] / CODE_ARCHIVE_NAME
+    assert path.read_bytes() == package.data and again == package
