@@ -18,6 +18,10 @@ Death and life: the model thread checks in (:attr:`DynamicBatcher.last_beat`) wh
 held work without a sign of life. When it dies (``init_thread`` fails, or something that is no ``Exception``
 such as ``SystemExit`` escapes a handler function), every request queued or running is failed at once with a
 :class:`~gpu_serve.errors.ModelWorkerError`, later ones are refused with it, and ``on_dead`` is called.
+
+Counters: :meth:`DynamicBatcher.counters` returns a :class:`BatcherCounters` snapshot of what the model thread
+has done since it started (batches formed, their requests and rows, waits for a batch to fill and how many of
+those the max delay ended), so tests and diagnostics can tell how batches formed without timing them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +62,27 @@ class BatchResult:
     batch_size: int
     batch_requests: int
     queue_ms: float
+
+
+@dataclass(frozen=True)
+class BatcherCounters:
+    """What the model thread has done since it started (:meth:`DynamicBatcher.counters`).
+
+    :param batches: batches taken off the queue; each runs one forward pass per (trailing shape, dtype, device)
+        group, plus one per request when a group is retried request by request.
+    :param requests: requests in those batches (cancelled ones included).
+    :param rows: rows in those batches (cancelled ones included).
+    :param fill_waits: batches whose start the model thread held back to wait for more rows (a request still
+        being decoded, or fewer rows queued than the batcher held at its busiest since the previous batch).
+    :param delay_expiries: of those waits, the ones ended by the oldest request reaching ``max_batch_delay``
+        (the others ended when enough rows came, or at stop).
+    """
+
+    batches: int = 0
+    requests: int = 0
+    rows: int = 0
+    fill_waits: int = 0
+    delay_expiries: int = 0
 
 
 class _Job:
@@ -157,6 +182,7 @@ class DynamicBatcher:
         self._arriving = 0
         self._wait_rows = 0  # while the model thread waits for a batch to fill: the rows that end the wait
         self._stopping = False
+        self._counters = BatcherCounters()
         self._thread = threading.Thread(target=self._run, name="gpu-serve-model", daemon=True)
         self._unsplittable_warned = False
 
@@ -237,6 +263,11 @@ class DynamicBatcher:
         """Whether the caller is the model thread (future callbacks usually run there)."""
         return threading.current_thread() is self._thread
 
+    def counters(self) -> BatcherCounters:
+        """A snapshot of the model thread's counters (see :class:`BatcherCounters`)."""
+        with self._cond:
+            return self._counters
+
     @property
     def queue_depth(self) -> int:
         with self._cond:
@@ -264,6 +295,7 @@ class DynamicBatcher:
                 deadline = first.enqueued + self._max_delay
                 target = min(self._max_rows, self._peak_rows) if self._fill_to_peak else 0
                 self._wait_rows = target
+                waited = expired = False
                 while (
                     self._queued_rows < self._max_rows
                     and (self._arriving > 0 or self._queued_rows < target)
@@ -271,10 +303,18 @@ class DynamicBatcher:
                 ):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        expired = waited
                         break
+                    waited = True
                     self._cond.wait(remaining)
                     self.last_beat = time.monotonic()
                 self._wait_rows = 0
+                if waited:
+                    self._counters = replace(
+                        self._counters,
+                        fill_waits=self._counters.fill_waits + 1,
+                        delay_expiries=self._counters.delay_expiries + int(expired),
+                    )
             batch = [self._queue.popleft()]
             rows = batch[0].rows
             if batch[0].key is not None:
@@ -287,6 +327,8 @@ class DynamicBatcher:
             self._queued_rows -= rows
             self._running_rows = rows
             self._peak_rows = self._queued_rows + rows
+            c = self._counters
+            self._counters = replace(c, batches=c.batches + 1, requests=c.requests + len(batch), rows=c.rows + rows)
             return batch
 
     def _run(self) -> None:

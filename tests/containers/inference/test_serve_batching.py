@@ -28,17 +28,26 @@ def make_handler(predict: Callable[[Any, Any], Any]) -> Handler:
 
 
 class Recorder:
-    """predict_fn that doubles its input and records every batch shape it saw."""
+    """predict_fn that doubles its input and records every batch shape it saw.
 
-    def __init__(self, fail_on: float | None = None, delay: float = 0.0) -> None:
+    With ``hold``, every forward pass sets ``called`` and then waits for ``hold`` to be set: a test decides what
+    arrives while a pass runs, instead of racing a sleep.
+    """
+
+    def __init__(self, fail_on: float | None = None, delay: float = 0.0, hold: threading.Event | None = None) -> None:
         self.shapes: list[tuple[int, ...]] = []
         self.fail_on = fail_on
         self.delay = delay
+        self.hold = hold
+        self.called = threading.Event()
         self.lock = threading.Lock()
 
     def __call__(self, data: torch.Tensor, model: Any) -> torch.Tensor:
         with self.lock:
             self.shapes.append(tuple(data.shape))
+        self.called.set()
+        if self.hold is not None:
+            assert self.hold.wait(10), "the test never released the forward pass"
         if self.delay:
             time.sleep(self.delay)
         if self.fail_on is not None and bool((data == self.fail_on).any()):
@@ -129,51 +138,67 @@ def test_no_wait_when_nobody_else_is_coming() -> None:
     batcher = run_batcher(rec, delay_s=2.0)
     try:
         batcher.expect()
-        t0 = time.monotonic()
-        batcher.submit(torch.ones(1, 2)).result(timeout=5)
-        assert time.monotonic() - t0 < 1.0  # did not wait for the 2 s max delay
+        result = batcher.submit(torch.ones(1, 2)).result(timeout=5)
+        counters = batcher.counters()
     finally:
         batcher.stop(5)
+    # one batch of the one request, started without waiting (so not for the 2 s max delay either)
+    assert (counters.batches, counters.requests, counters.rows) == (1, 1, 1)
+    assert (counters.fill_waits, counters.delay_expiries) == (0, 0)
+    assert (result.batch_size, result.batch_requests) == (1, 1)
 
 
 def test_clients_that_come_back_at_once_are_batched_together_not_in_alternating_halves() -> None:
-    rec = Recorder(delay=0.1)
+    gate = threading.Event()
+    rec = Recorder(hold=gate)
     batcher = run_batcher(rec, max_batch=16, delay_s=0.6)
     try:
         # Four clients that each send their next request when answered: two start, two join meanwhile.
         first = submit_together(batcher, [torch.full((1, 2), float(i)) for i in range(2)])
-        time.sleep(0.03)
+        assert rec.called.wait(5)  # the first pass is running (held at the gate)
         second = [batcher.submit(torch.full((1, 2), 10.0 + i), expected=False) for i in range(2)]
+        gate.set()
         [f.result(timeout=5) for f in first]
         time.sleep(0.1)  # the first two come back a little later
-        t0 = time.monotonic()
+        before = batcher.counters()
         back = [batcher.submit(torch.full((1, 2), 20.0 + i), expected=False) for i in range(2)]
         [f.result(timeout=5) for f in second + back]
-        together = time.monotonic() - t0
+        together = batcher.counters()
         # The load drops to one client: its first request waits (at most the max delay) once, then never.
         batcher.submit(torch.ones(1, 2), expected=False).result(timeout=5)
-        t1 = time.monotonic()
+        waited = batcher.counters()
         batcher.submit(torch.ones(1, 2), expected=False).result(timeout=5)
-        alone = time.monotonic() - t1
+        alone = batcher.counters()
     finally:
         batcher.stop(5)
     # 4 rows were in the batcher at once, so the 2 queued rows waited for the 2 coming back: one pass of 4.
     assert [shape[0] for shape in rec.shapes] == [2, 4, 1, 1]
-    assert together < 0.4 and alone < 0.3  # neither waited for the 0.6 s max delay
+    assert (alone.batches, alone.requests, alone.rows) == (4, 8, 8)
+    # the batch of 4 formed when the 2 came back, not when the 0.6 s max delay ran out
+    assert before.delay_expiries == together.delay_expiries == 0
+    # the lone client's first request waited once, until the max delay (nobody else was coming) ...
+    assert (waited.fill_waits - together.fill_waits, waited.delay_expiries) == (1, 1)
+    # ... and its second did not wait at all
+    assert (alone.fill_waits, alone.delay_expiries) == (waited.fill_waits, waited.delay_expiries)
 
 
 def test_a_request_cancelled_while_queued_is_skipped() -> None:
-    rec = Recorder(delay=0.3)
+    gate = threading.Event()
+    rec = Recorder(hold=gate)
     batcher = run_batcher(rec, max_batch=1)
     try:
         first = batcher.submit(torch.ones(1, 2), expected=False)
-        time.sleep(0.05)
+        assert rec.called.wait(5)  # the first pass is running (held at the gate)
         second = batcher.submit(torch.full((1, 2), 5.0), expected=False)
         assert second.cancel()  # still queued behind the first: a timed-out request gives up its place
+        gate.set()
         first.result(timeout=5)
+        assert batcher.stop(5)  # finishes what is queued: the cancelled request is taken off, not run
+        counters = batcher.counters()
     finally:
         batcher.stop(5)
     assert rec.shapes == [(1, 2)]
+    assert (counters.batches, counters.requests, counters.rows) == (2, 2, 2)
 
 
 def test_transform_calls_run_alone_on_the_model_thread() -> None:
