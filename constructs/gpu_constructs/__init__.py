@@ -1,17 +1,20 @@
 """gpu_constructs: AWS CDK constructs for training and serving PyTorch models on NVIDIA GPUs.
 
-Public names are imported lazily (PEP 562), so ``import gpu_constructs.catalog`` or the config model does
-not start the CDK runtime. ``from gpu_constructs import GpuNetwork`` works as usual.
+Public names are imported lazily (PEP 562, :func:`gpu_constructs.lazy.lazy_exports`, the one mechanism every
+package of the library uses), so ``import gpu_constructs``, ``import gpu_constructs.catalog`` or the config model
+does not start the CDK runtime. ``from gpu_constructs import GpuNetwork`` works as usual.
 
-To export a new public name, add it to ``_EXPORTS`` (name -> module) and to the ``TYPE_CHECKING`` block.
+To export a new public name, add it to ``_EXPORTS`` (name -> module) and to the ``TYPE_CHECKING`` block, then
+regenerate the API snapshot (``tests/unit/test_api_surface.py`` says how): the public surface changes only by a
+reviewed diff.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from gpu_constructs._version import __version__
+from gpu_constructs.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "ValidationError": "gpu_constructs.errors",
@@ -71,18 +74,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpu_constructs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

@@ -3,6 +3,11 @@
 ``__getattr__, __dir__ = lazy_exports(__name__, {"GpuFleet": "gpu_constructs.fleet.construct", ...})`` in a
 package's ``__init__``: a name is imported from its module on first use, so importing a CDK-free submodule
 (value types the config model builds) does not load the CDK.
+
+This is the library's one lazy-export mechanism: the root package and every sub-package that defers imports
+use it, so the error for an unknown name, ``dir()`` and the caching of a loaded name behave the same everywhere.
+A package's ``__all__`` (its documented API, pinned by ``tests/unit/test_api_surface.py``) may list fewer names
+than ``exports``: the others stay importable for the library's own modules and tests without being advertised.
 """
 
 from __future__ import annotations

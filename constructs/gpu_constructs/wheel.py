@@ -8,7 +8,9 @@ platform's app builds its own (``gpuctl``, ``gpu_train``, ``gpu_serve``, ... fro
 What goes in comes from ``pyproject.toml`` alone: ``[project]`` (name, version, description, license,
 ``requires-python``, ``dependencies`` and ``optional-dependencies`` as ``Requires-Dist`` / ``Provides-Extra``,
 ``[project.scripts]``) and ``[tool.setuptools]`` (the explicit ``packages`` list, ``package-dir`` and
-``package-data``): the ``.py`` files of each listed package plus its package data.
+``package-data``): the ``.py`` files of each listed package plus its package data. A ``dynamic`` version is
+read as setuptools reads it, statically: the string literal that ``[tool.setuptools.dynamic] version = {attr}``
+names (the repository's is ``gpu_constructs._version.__version__``, the one place the version is written).
 A sub-folder with an ``__init__.py`` that the list misses is an error (setuptools would leave it out
 silently). Only that explicit setuptools form is read; nothing is compiled, so the wheel is
 ``py3-none-any``.
@@ -29,6 +31,7 @@ of ``gpuctl train --source-dir``.
 
 from __future__ import annotations
 
+import ast
 import base64
 import functools
 import getpass
@@ -105,6 +108,28 @@ def _required(table: dict[str, Any], key: str, where: str) -> Any:
     return table[key]
 
 
+def _version(project: dict[str, Any], setuptools: dict[str, Any], root: Path, package_dir: dict[str, str]) -> str:
+    """``project.version``, or the literal that ``tool.setuptools.dynamic.version.attr`` names when the version is
+    dynamic (one version source for several distributions), found through ``package-dir`` without importing."""
+    if "version" in project or "version" not in project.get("dynamic", ()):
+        return str(_required(project, "version", "project"))
+    attr = setuptools.get("dynamic", {}).get("version", {}).get("attr")
+    if not isinstance(attr, str) or "." not in attr:
+        raise ValueError(f"tool.setuptools.dynamic.version={attr!r}; allowed: {{attr = 'module.NAME'}}")
+    module, name = attr.rsplit(".", 1)
+    parts = module.split(".")
+    # The longest package prefix with a package-dir entry decides the folder, as in setuptools.
+    depth = next((n for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in package_dir), 0)
+    base = root / package_dir[".".join(parts[:depth])] if depth else root
+    path = base.joinpath(*parts[depth:]).with_suffix(".py") if parts[depth:] else base / "__init__.py"
+    for node in ast.parse(path.read_text()).body:
+        if not isinstance(node, ast.Assign) or not any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            continue
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return node.value.value
+    raise ValueError(f"{path}: no string literal assigned to {name!r} (tool.setuptools.dynamic.version.attr)")
+
+
 def _requirements(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise ValueError(f"{where}={value!r}; allowed: a list of {_REQUIREMENT_ALLOWED}")
@@ -172,7 +197,7 @@ def load_spec(root: Path) -> WheelSpec:
     requires, extras = _dependencies(project, pyproject)
     return WheelSpec(
         name=_required(project, "name", "project"),
-        version=_required(project, "version", "project"),
+        version=_version(project, setuptools, root, package_dir),
         summary=project.get("description", ""),
         license=license_value.get("text", "") if isinstance(license_value, dict) else str(license_value),
         requires_python=_required(project, "requires-python", "project"),

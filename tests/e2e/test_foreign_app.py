@@ -378,7 +378,11 @@ def test_version_matches_pyproject() -> None:
     project = tomllib.loads(PYPROJECT.read_text())["project"]
     assert project["name"] == "gpu-constructs"
     assert re.fullmatch(r"\d+\.\d+\.\d+", gpu_constructs.__version__)
-    assert gpu_constructs.__version__ == project["version"]
+    # One version source: pyproject.toml reads gpu_constructs/_version.py (tests/unit/test_api_surface.py).
+    assert project["dynamic"] == ["version"] and "version" not in project
+    assert tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "gpu_constructs._version.__version__"
+    }
     assert {d.split(">")[0].split("<")[0] for d in project["dependencies"]} == {
         "aws-cdk-lib",
         "constructs",

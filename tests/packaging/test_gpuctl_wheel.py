@@ -29,12 +29,13 @@ from typing import Any
 import pytest
 from container_helpers import make_images
 
+from gpu_constructs import __version__
 from gpu_constructs.training_spec import S3Channel, TrainingJobSpec
 from gpu_constructs.wheel import build_wheel, load_spec, main
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-INFO = f"gpu_platform-{PROJECT['version']}.dist-info"
+INFO = f"gpu_platform-{__version__}.dist-info"
 #: The repository's own top-level packages: an import of one of them must be satisfied by the wheel itself.
 FIRST_PARTY = {"gpuctl", "gpu_train", "gpu_serve", "gpu_constructs", "stacks", "platform_tools", "benchmarks"}
 #: Distributions gpuctl must not need (the CDK, the rule packs, torch).

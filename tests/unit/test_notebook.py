@@ -25,6 +25,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from test_boot_script import DNS, FakeHost, Run  # the shared fake host (same directory)
 
+from gpu_constructs import __version__
 from gpu_constructs import notebook as notebook_module
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.fleet import render_script
@@ -32,7 +33,7 @@ from gpu_constructs.notebook import GpuNotebook, NotebookPackage
 
 ASSETS = Path(__file__).resolve().parents[2] / "constructs" / "gpu_constructs" / "assets"
 START = ASSETS / "notebook_on_start.sh"
-WHEEL = "gpu_platform-0.1.0-py3-none-any.whl"
+WHEEL = f"gpu_platform-{__version__}-py3-none-any.whl"
 # Where a CDK asset lands: the object key is the asset hash, so the script gets the wheel's name apart.
 PACKAGE = "s3://cdk-hnb659fds-assets-111122223333-us-east-1/0123abcd.whl"
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"

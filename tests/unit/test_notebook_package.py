@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_constructs import __version__
 from gpu_constructs.notebook import NOTEBOOK_PYTHON
 from gpu_constructs.wheel import build_wheel, ensure_wheel, load_spec, main
 
@@ -91,7 +92,7 @@ def _pip_dry_run(wheel: Path, python_version: str, target: Path) -> subprocess.C
 def test_pip_installs_the_wheel_on_the_notebook_python(wheel: Path, tmp_path: Path) -> None:
     proc = _pip_dry_run(wheel, NOTEBOOK_PYTHON, tmp_path / "target")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"Would install {PYPROJECT['project']['name']}-{PYPROJECT['project']['version']}" in proc.stdout
+    assert f"Would install {PYPROJECT['project']['name']}-{__version__}" in proc.stdout
 
 
 def test_pip_refuses_it_below_requires_python(wheel: Path, tmp_path: Path) -> None:
@@ -138,13 +139,13 @@ def test_gpuctl_from_the_wheel_runs_on_python_310(wheel: Path) -> None:
 
 def test_wheel_metadata_comes_from_pyproject(wheel: Path) -> None:
     project = PYPROJECT["project"]
-    assert wheel.name == "gpu_platform-0.1.0-py3-none-any.whl"
+    assert wheel.name == f"gpu_platform-{__version__}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as archive:
-        metadata = archive.read("gpu_platform-0.1.0.dist-info/METADATA").decode()
-        entry_points = archive.read("gpu_platform-0.1.0.dist-info/entry_points.txt").decode()
-        tags = archive.read("gpu_platform-0.1.0.dist-info/WHEEL").decode()
+        metadata = archive.read(f"gpu_platform-{__version__}.dist-info/METADATA").decode()
+        entry_points = archive.read(f"gpu_platform-{__version__}.dist-info/entry_points.txt").decode()
+        tags = archive.read(f"gpu_platform-{__version__}.dist-info/WHEEL").decode()
     assert f"Requires-Python: {project['requires-python']}\n" in metadata
-    assert f"Name: {project['name']}\nVersion: {project['version']}\n" in metadata
+    assert f"Name: {project['name']}\nVersion: {__version__}\n" in metadata
     assert entry_points == "[console_scripts]\ngpuctl = gpuctl.cli:main\n"
     assert "Root-Is-Purelib: true\nTag: py3-none-any\n" in tags
 
@@ -159,7 +160,7 @@ def test_wheel_holds_every_module_of_the_listed_packages_and_nothing_else(wheel:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         infos = archive.infolist()
-        record = archive.read("gpu_platform-0.1.0.dist-info/RECORD").decode().splitlines()
+        record = archive.read(f"gpu_platform-{__version__}.dist-info/RECORD").decode().splitlines()
         contents = {name: archive.read(name) for name in names}
     assert {n for n in names if ".dist-info/" not in n} == expected
     assert "gpuctl/cli.py" in names and "gpu_serve/httpio.py" in names and "gpu_train/models/__init__.py" in names
@@ -168,8 +169,8 @@ def test_wheel_holds_every_module_of_the_listed_packages_and_nothing_else(wheel:
     assert {i.compress_type for i in infos} == {zipfile.ZIP_STORED}
     # RECORD: every other file with its urlsafe-base64 SHA-256 and size (what pip verifies on install)
     rows = dict(line.split(",", 1) for line in record)
-    assert rows.pop("gpu_platform-0.1.0.dist-info/RECORD") == ","
-    assert set(rows) == set(names) - {"gpu_platform-0.1.0.dist-info/RECORD"}
+    assert rows.pop(f"gpu_platform-{__version__}.dist-info/RECORD") == ","
+    assert set(rows) == set(names) - {f"gpu_platform-{__version__}.dist-info/RECORD"}
     for name, row in rows.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(contents[name]).digest()).rstrip(b"=").decode()
         assert row == f"sha256={digest},{len(contents[name])}", name

@@ -10,6 +10,8 @@ from gpu_constructs.authz.assembly import Assembly, UnresolvableValue
 from gpu_constructs.authz.journeys import Denied, check_requests, job_requests, start_job_requests
 from gpu_constructs.authz.policy import AuthRequest, Decision, PolicySet, UnsupportedPolicy, evaluate
 
+#: The documented API: what ``platform_tools.authorization`` and the README use, the results they return and the
+#: errors they raise (``check_requests`` raises ``UnresolvableValue`` unless given ``on_unknown``).
 __all__ = [
     "Assembly",
     "AuthRequest",

@@ -79,7 +79,26 @@ _EXPORTS: dict[str, str] = {
     "flatten_reference": "gpu_constructs.nag",
 }
 
-__all__ = sorted(_EXPORTS)
+#: The documented API: the construct, the value types of its props and what an app wires around it. The other
+#: names of ``_EXPORTS`` (metric namespaces, cdk-nag helpers, ``SettingError``) serve the library's own modules,
+#: the config model and the tests: importable, not advertised.
+__all__ = [
+    "GPU_SERVE_BATCHING_ENV",
+    "TORCHSERVE_BATCHING_ENV",
+    "AsyncInference",
+    "Batching",
+    "BatchingEnv",
+    "BlueGreenDeployment",
+    "DataCapture",
+    "EndpointAlarms",
+    "EndpointAutoscaling",
+    "GpuEndpoint",
+    "InferenceImage",
+    "LogMetricFilterSpec",
+    "ModelData",
+    "OffHoursSchedule",
+    "monitoring_key",
+]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

@@ -59,8 +59,16 @@ _EXPORTS: dict[str, str] = {
     "strip_comments": "gpu_constructs.scripts",
 }
 
-__all__ = sorted(_EXPORTS)
-
+#: The documented API: the construct, the value types of its props and the key policy an app's shared key needs.
+#: The other names of ``_EXPORTS`` (limits, boot-script rendering, cdk-nag helpers, the config model's value
+#: types, which it imports from :mod:`~gpu_constructs.fleet.options`) are importable, not advertised.
+__all__ = [
+    "FleetSpotOptions",
+    "GpuFleet",
+    "LustreFileSystemLike",
+    "TorchCheck",
+    "allow_notifications",
+]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

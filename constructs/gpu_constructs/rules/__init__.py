@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from gpu_constructs.lazy import lazy_exports
 from gpu_constructs.rules._rule import Compliance, Resource, Rule, StackView
 
 if TYPE_CHECKING:
@@ -123,13 +124,12 @@ def check_template(
     return found
 
 
-def __getattr__(name: str) -> Any:
-    if name == "GpuPlatformChecks":  # imports cdk-nag only when the pack itself is used
-        from gpu_constructs.rules.pack import GpuPlatformChecks
+#: Loaded on first use (:func:`~gpu_constructs.lazy.lazy_exports`): the pack imports cdk-nag, the rules do not.
+_EXPORTS: dict[str, str] = {"GpuPlatformChecks": "gpu_constructs.rules.pack"}
 
-        return GpuPlatformChecks
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-
-__all__ = ["PACK_NAME", "Compliance", "Finding", "GpuPlatformChecks", "Resource", "Rule", "StackView", "all_rules",
-           "check_template", "evaluate", "finding_id"]  # fmt: skip
+#: The documented API (README, "Platform rules"): the pack for a CDK app, :func:`check_template` without the CDK,
+#: and the :class:`Finding` it returns. The rest (``Rule``, ``StackView``, :func:`evaluate`, ...) is for the rule
+#: modules and their tests, importable but not advertised.
+__all__ = ["Finding", "GpuPlatformChecks", "check_template"]

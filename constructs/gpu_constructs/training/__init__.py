@@ -31,38 +31,56 @@ and job failure notifications (EventBridge -> KMS-encrypted SNS topic).
 
 One concept per module: :mod:`.options` (the value types), :mod:`.pipeline` (the construct), :mod:`.definition`
 (the state machine), :mod:`.roles` (IAM), :mod:`.monitoring` (notifications, alarms, dashboard) and
-:mod:`.acknowledgments` (cdk-nag).
+:mod:`.acknowledgments` (cdk-nag). Names are re-exported lazily (PEP 562, :mod:`gpu_constructs.lazy`), so
+``gpu_constructs.training.options`` can be imported on its own.
 """
 
 from __future__ import annotations
 
-from gpu_constructs.training.acknowledgments import (
-    JOB_GROUP_INTERNAL_REASON,
-    STAR_RESOURCE_ACTIONS,
-    STAR_RESOURCE_REASON,
-)
-from gpu_constructs.training.definition import hyperparameter_expression
-from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, ReadableInput, TrainingImageLike
-from gpu_constructs.training.pipeline import TrainingPipeline
-from gpu_constructs.training.roles import (
-    PROCESSING_NAMESPACE,
-    SAGEMAKER_VPC_ACTIONS,
-    SYNC_RULES,
-    TRAINING_NAMESPACE,
-)
+from typing import TYPE_CHECKING
 
+from gpu_constructs.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "JOB_GROUP_INTERNAL_REASON": "gpu_constructs.training.acknowledgments",
+    "STAR_RESOURCE_ACTIONS": "gpu_constructs.training.acknowledgments",
+    "STAR_RESOURCE_REASON": "gpu_constructs.training.acknowledgments",
+    "hyperparameter_expression": "gpu_constructs.training.definition",
+    "AlarmThresholds": "gpu_constructs.training.options",
+    "PrepareOptions": "gpu_constructs.training.options",
+    "ReadableInput": "gpu_constructs.training.options",
+    "TrainingImageLike": "gpu_constructs.training.options",
+    "TrainingPipeline": "gpu_constructs.training.pipeline",
+    "PROCESSING_NAMESPACE": "gpu_constructs.training.roles",
+    "SAGEMAKER_VPC_ACTIONS": "gpu_constructs.training.roles",
+    "SYNC_RULES": "gpu_constructs.training.roles",
+    "TRAINING_NAMESPACE": "gpu_constructs.training.roles",
+}
+
+#: The documented API: the construct and the value types of its props. The other names of ``_EXPORTS`` (IAM
+#: namespaces, cdk-nag reasons, ``hyperparameter_expression``) serve the library's modules and tests: importable,
+#: not advertised.
 __all__ = [
-    "JOB_GROUP_INTERNAL_REASON",
-    "PROCESSING_NAMESPACE",
-    "SAGEMAKER_VPC_ACTIONS",
-    "STAR_RESOURCE_ACTIONS",
-    "STAR_RESOURCE_REASON",
-    "SYNC_RULES",
-    "TRAINING_NAMESPACE",
     "AlarmThresholds",
     "PrepareOptions",
     "ReadableInput",
     "TrainingImageLike",
     "TrainingPipeline",
-    "hyperparameter_expression",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
+    from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON as JOB_GROUP_INTERNAL_REASON
+    from gpu_constructs.training.acknowledgments import STAR_RESOURCE_ACTIONS as STAR_RESOURCE_ACTIONS
+    from gpu_constructs.training.acknowledgments import STAR_RESOURCE_REASON as STAR_RESOURCE_REASON
+    from gpu_constructs.training.definition import hyperparameter_expression as hyperparameter_expression
+    from gpu_constructs.training.options import AlarmThresholds as AlarmThresholds
+    from gpu_constructs.training.options import PrepareOptions as PrepareOptions
+    from gpu_constructs.training.options import ReadableInput as ReadableInput
+    from gpu_constructs.training.options import TrainingImageLike as TrainingImageLike
+    from gpu_constructs.training.pipeline import TrainingPipeline as TrainingPipeline
+    from gpu_constructs.training.roles import PROCESSING_NAMESPACE as PROCESSING_NAMESPACE
+    from gpu_constructs.training.roles import SAGEMAKER_VPC_ACTIONS as SAGEMAKER_VPC_ACTIONS
+    from gpu_constructs.training.roles import SYNC_RULES as SYNC_RULES
+    from gpu_constructs.training.roles import TRAINING_NAMESPACE as TRAINING_NAMESPACE

@@ -31,137 +31,174 @@ This package imports no ``aws_cdk``: the CLI uses it as is. Values that are unre
 One concept per module: :mod:`.limits` (SageMaker's limits and patterns), :mod:`.rules` (the project's rules,
 each written once), :mod:`.channels`, :mod:`.job` (:class:`TrainingJobSpec`), :mod:`.sharding`
 (:class:`ShardingJobSpec`), :mod:`.sfn` (the Step Functions rendering) and :mod:`.service_model` (botocore).
+Names are re-exported lazily (PEP 562, :mod:`gpu_constructs.lazy`), like every package of the library.
 """
 
 from __future__ import annotations
 
-from gpu_constructs.training_spec.channels import Channel, FsxChannel, S3Channel, channel_from_dict, input_channel
-from gpu_constructs.training_spec.code import (
-    CODE_CHANNEL,
-    DEFAULT_ENTRY_POINT,
-    DRIVERS_CHANNEL,
-    LAUNCH_DISTRIBUTIONS,
-    LAUNCH_ENTRYPOINT,
-    TrainingCode,
-    entry_point_problem,
-)
-from gpu_constructs.training_spec.job import TrainingJobSpec
-from gpu_constructs.training_spec.limits import (
-    CHANNEL_NAME_MAX,
-    CHANNEL_NAME_PATTERN,
-    CHECKPOINT_LOCAL_PATH,
-    COMPRESSIONS,
-    DATA_VERSION_PATTERN,
-    DATA_VERSION_PLACEHOLDER,
-    DISTRIBUTIONS,
-    FSX_ACCESS_MODES,
-    HP_NUM_WORKERS,
-    HP_PROCESSES_PER_HOST,
-    INPUT_MODES,
-    JOB_NAME_MAX,
-    JOB_NAME_PATTERN,
-    LAUNCHER_ENVIRONMENT,
-    MAX_CHANNELS,
-    MAX_RETRY_ATTEMPTS,
-    MAX_RUNTIME_LIMIT_S,
-    MAX_WAIT_LIMIT_S,
-    PROCESSES_PER_HOST_PATTERN,
-    PROCESSING_MAX_RUNTIME_S,
-    USER_INPUT_MODE,
-    VOLUME_SIZE_GB,
-)
-from gpu_constructs.training_spec.rules import (
-    PROCESSING_TYPES_ALLOWED,
-    RUNTIME_RANGE,
-    WAIT_BELOW_RUNTIME,
-    WAIT_RANGE,
-    WAIT_WITHOUT_SPOT,
-    alarm_threshold_problems,
-    channel_name_problem,
-    check_processes_per_host,
-    processing_type_allowed,
-    readable_problem,
-    runtime_limit_text,
-    seconds_of,
-    stopping_problems,
-    stopping_violations,
-    validate_job_name,
-)
-from gpu_constructs.training_spec.service_model import hyperparameter_limits, service_model_problems
-from gpu_constructs.training_spec.sfn import (
-    Dynamic,
-    SfnPaths,
-    iter_dynamic_paths,
-    states_format,
-    substitute_sfn_samples,
-)
-from gpu_constructs.training_spec.sharding import (
-    PROCESSING_INPUT_ROOT,
-    PROCESSING_OUTPUT_ROOT,
-    ShardingJobSpec,
-    ShardSplit,
-)
+from typing import TYPE_CHECKING
 
+from gpu_constructs.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "Channel": "gpu_constructs.training_spec.channels",
+    "FsxChannel": "gpu_constructs.training_spec.channels",
+    "S3Channel": "gpu_constructs.training_spec.channels",
+    "channel_from_dict": "gpu_constructs.training_spec.channels",
+    "input_channel": "gpu_constructs.training_spec.channels",
+    "CODE_CHANNEL": "gpu_constructs.training_spec.code",
+    "DEFAULT_ENTRY_POINT": "gpu_constructs.training_spec.code",
+    "DRIVERS_CHANNEL": "gpu_constructs.training_spec.code",
+    "LAUNCH_DISTRIBUTIONS": "gpu_constructs.training_spec.code",
+    "LAUNCH_ENTRYPOINT": "gpu_constructs.training_spec.code",
+    "TrainingCode": "gpu_constructs.training_spec.code",
+    "entry_point_problem": "gpu_constructs.training_spec.code",
+    "TrainingJobSpec": "gpu_constructs.training_spec.job",
+    "CHANNEL_NAME_MAX": "gpu_constructs.training_spec.limits",
+    "CHANNEL_NAME_PATTERN": "gpu_constructs.training_spec.limits",
+    "CHECKPOINT_LOCAL_PATH": "gpu_constructs.training_spec.limits",
+    "COMPRESSIONS": "gpu_constructs.training_spec.limits",
+    "DATA_VERSION_PATTERN": "gpu_constructs.training_spec.limits",
+    "DATA_VERSION_PLACEHOLDER": "gpu_constructs.training_spec.limits",
+    "DISTRIBUTIONS": "gpu_constructs.training_spec.limits",
+    "FSX_ACCESS_MODES": "gpu_constructs.training_spec.limits",
+    "HP_NUM_WORKERS": "gpu_constructs.training_spec.limits",
+    "HP_PROCESSES_PER_HOST": "gpu_constructs.training_spec.limits",
+    "INPUT_MODES": "gpu_constructs.training_spec.limits",
+    "JOB_NAME_MAX": "gpu_constructs.training_spec.limits",
+    "JOB_NAME_PATTERN": "gpu_constructs.training_spec.limits",
+    "LAUNCHER_ENVIRONMENT": "gpu_constructs.training_spec.limits",
+    "MAX_CHANNELS": "gpu_constructs.training_spec.limits",
+    "MAX_RETRY_ATTEMPTS": "gpu_constructs.training_spec.limits",
+    "MAX_RUNTIME_LIMIT_S": "gpu_constructs.training_spec.limits",
+    "MAX_WAIT_LIMIT_S": "gpu_constructs.training_spec.limits",
+    "PROCESSES_PER_HOST_PATTERN": "gpu_constructs.training_spec.limits",
+    "PROCESSING_MAX_RUNTIME_S": "gpu_constructs.training_spec.limits",
+    "USER_INPUT_MODE": "gpu_constructs.training_spec.limits",
+    "VOLUME_SIZE_GB": "gpu_constructs.training_spec.limits",
+    "PROCESSING_TYPES_ALLOWED": "gpu_constructs.training_spec.rules",
+    "RUNTIME_RANGE": "gpu_constructs.training_spec.rules",
+    "WAIT_BELOW_RUNTIME": "gpu_constructs.training_spec.rules",
+    "WAIT_RANGE": "gpu_constructs.training_spec.rules",
+    "WAIT_WITHOUT_SPOT": "gpu_constructs.training_spec.rules",
+    "alarm_threshold_problems": "gpu_constructs.training_spec.rules",
+    "channel_name_problem": "gpu_constructs.training_spec.rules",
+    "check_processes_per_host": "gpu_constructs.training_spec.rules",
+    "processing_type_allowed": "gpu_constructs.training_spec.rules",
+    "readable_problem": "gpu_constructs.training_spec.rules",
+    "runtime_limit_text": "gpu_constructs.training_spec.rules",
+    "seconds_of": "gpu_constructs.training_spec.rules",
+    "stopping_problems": "gpu_constructs.training_spec.rules",
+    "stopping_violations": "gpu_constructs.training_spec.rules",
+    "validate_job_name": "gpu_constructs.training_spec.rules",
+    "hyperparameter_limits": "gpu_constructs.training_spec.service_model",
+    "service_model_problems": "gpu_constructs.training_spec.service_model",
+    "Dynamic": "gpu_constructs.training_spec.sfn",
+    "SfnPaths": "gpu_constructs.training_spec.sfn",
+    "iter_dynamic_paths": "gpu_constructs.training_spec.sfn",
+    "states_format": "gpu_constructs.training_spec.sfn",
+    "substitute_sfn_samples": "gpu_constructs.training_spec.sfn",
+    "PROCESSING_INPUT_ROOT": "gpu_constructs.training_spec.sharding",
+    "PROCESSING_OUTPUT_ROOT": "gpu_constructs.training_spec.sharding",
+    "ShardingJobSpec": "gpu_constructs.training_spec.sharding",
+    "ShardSplit": "gpu_constructs.training_spec.sharding",
+}
+
+#: The documented API: the two specs and the value types of their fields, the checks that the config model, the
+#: CLI and the stacks apply with the same rules, and the limits they quote. The other names of ``_EXPORTS``
+#: (SageMaker patterns, Step Functions helpers, single rules) are importable, not advertised.
 __all__ = [
-    "CHANNEL_NAME_MAX",
-    "CHANNEL_NAME_PATTERN",
-    "CHECKPOINT_LOCAL_PATH",
     "CODE_CHANNEL",
-    "COMPRESSIONS",
     "DATA_VERSION_PATTERN",
     "DATA_VERSION_PLACEHOLDER",
-    "DEFAULT_ENTRY_POINT",
-    "DISTRIBUTIONS",
     "DRIVERS_CHANNEL",
-    "FSX_ACCESS_MODES",
-    "HP_NUM_WORKERS",
     "HP_PROCESSES_PER_HOST",
-    "INPUT_MODES",
-    "JOB_NAME_MAX",
-    "JOB_NAME_PATTERN",
-    "LAUNCHER_ENVIRONMENT",
-    "LAUNCH_DISTRIBUTIONS",
-    "LAUNCH_ENTRYPOINT",
-    "MAX_CHANNELS",
     "MAX_RETRY_ATTEMPTS",
     "MAX_RUNTIME_LIMIT_S",
     "MAX_WAIT_LIMIT_S",
-    "PROCESSES_PER_HOST_PATTERN",
-    "PROCESSING_INPUT_ROOT",
     "PROCESSING_MAX_RUNTIME_S",
-    "PROCESSING_OUTPUT_ROOT",
     "PROCESSING_TYPES_ALLOWED",
-    "RUNTIME_RANGE",
-    "USER_INPUT_MODE",
     "VOLUME_SIZE_GB",
     "WAIT_BELOW_RUNTIME",
-    "WAIT_RANGE",
     "WAIT_WITHOUT_SPOT",
     "Channel",
-    "Dynamic",
     "FsxChannel",
     "S3Channel",
-    "SfnPaths",
     "ShardSplit",
     "ShardingJobSpec",
     "TrainingCode",
     "TrainingJobSpec",
     "alarm_threshold_problems",
-    "channel_from_dict",
-    "channel_name_problem",
     "check_processes_per_host",
     "entry_point_problem",
-    "hyperparameter_limits",
     "input_channel",
-    "iter_dynamic_paths",
     "processing_type_allowed",
-    "readable_problem",
     "runtime_limit_text",
-    "seconds_of",
     "service_model_problems",
-    "states_format",
-    "stopping_problems",
     "stopping_violations",
-    "substitute_sfn_samples",
-    "validate_job_name",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
+    from gpu_constructs.training_spec.channels import Channel as Channel
+    from gpu_constructs.training_spec.channels import FsxChannel as FsxChannel
+    from gpu_constructs.training_spec.channels import S3Channel as S3Channel
+    from gpu_constructs.training_spec.channels import channel_from_dict as channel_from_dict
+    from gpu_constructs.training_spec.channels import input_channel as input_channel
+    from gpu_constructs.training_spec.code import CODE_CHANNEL as CODE_CHANNEL
+    from gpu_constructs.training_spec.code import DEFAULT_ENTRY_POINT as DEFAULT_ENTRY_POINT
+    from gpu_constructs.training_spec.code import DRIVERS_CHANNEL as DRIVERS_CHANNEL
+    from gpu_constructs.training_spec.code import LAUNCH_DISTRIBUTIONS as LAUNCH_DISTRIBUTIONS
+    from gpu_constructs.training_spec.code import LAUNCH_ENTRYPOINT as LAUNCH_ENTRYPOINT
+    from gpu_constructs.training_spec.code import TrainingCode as TrainingCode
+    from gpu_constructs.training_spec.code import entry_point_problem as entry_point_problem
+    from gpu_constructs.training_spec.job import TrainingJobSpec as TrainingJobSpec
+    from gpu_constructs.training_spec.limits import CHANNEL_NAME_MAX as CHANNEL_NAME_MAX
+    from gpu_constructs.training_spec.limits import CHANNEL_NAME_PATTERN as CHANNEL_NAME_PATTERN
+    from gpu_constructs.training_spec.limits import CHECKPOINT_LOCAL_PATH as CHECKPOINT_LOCAL_PATH
+    from gpu_constructs.training_spec.limits import COMPRESSIONS as COMPRESSIONS
+    from gpu_constructs.training_spec.limits import DATA_VERSION_PATTERN as DATA_VERSION_PATTERN
+    from gpu_constructs.training_spec.limits import DATA_VERSION_PLACEHOLDER as DATA_VERSION_PLACEHOLDER
+    from gpu_constructs.training_spec.limits import DISTRIBUTIONS as DISTRIBUTIONS
+    from gpu_constructs.training_spec.limits import FSX_ACCESS_MODES as FSX_ACCESS_MODES
+    from gpu_constructs.training_spec.limits import HP_NUM_WORKERS as HP_NUM_WORKERS
+    from gpu_constructs.training_spec.limits import HP_PROCESSES_PER_HOST as HP_PROCESSES_PER_HOST
+    from gpu_constructs.training_spec.limits import INPUT_MODES as INPUT_MODES
+    from gpu_constructs.training_spec.limits import JOB_NAME_MAX as JOB_NAME_MAX
+    from gpu_constructs.training_spec.limits import JOB_NAME_PATTERN as JOB_NAME_PATTERN
+    from gpu_constructs.training_spec.limits import LAUNCHER_ENVIRONMENT as LAUNCHER_ENVIRONMENT
+    from gpu_constructs.training_spec.limits import MAX_CHANNELS as MAX_CHANNELS
+    from gpu_constructs.training_spec.limits import MAX_RETRY_ATTEMPTS as MAX_RETRY_ATTEMPTS
+    from gpu_constructs.training_spec.limits import MAX_RUNTIME_LIMIT_S as MAX_RUNTIME_LIMIT_S
+    from gpu_constructs.training_spec.limits import MAX_WAIT_LIMIT_S as MAX_WAIT_LIMIT_S
+    from gpu_constructs.training_spec.limits import PROCESSES_PER_HOST_PATTERN as PROCESSES_PER_HOST_PATTERN
+    from gpu_constructs.training_spec.limits import PROCESSING_MAX_RUNTIME_S as PROCESSING_MAX_RUNTIME_S
+    from gpu_constructs.training_spec.limits import USER_INPUT_MODE as USER_INPUT_MODE
+    from gpu_constructs.training_spec.limits import VOLUME_SIZE_GB as VOLUME_SIZE_GB
+    from gpu_constructs.training_spec.rules import PROCESSING_TYPES_ALLOWED as PROCESSING_TYPES_ALLOWED
+    from gpu_constructs.training_spec.rules import RUNTIME_RANGE as RUNTIME_RANGE
+    from gpu_constructs.training_spec.rules import WAIT_BELOW_RUNTIME as WAIT_BELOW_RUNTIME
+    from gpu_constructs.training_spec.rules import WAIT_RANGE as WAIT_RANGE
+    from gpu_constructs.training_spec.rules import WAIT_WITHOUT_SPOT as WAIT_WITHOUT_SPOT
+    from gpu_constructs.training_spec.rules import alarm_threshold_problems as alarm_threshold_problems
+    from gpu_constructs.training_spec.rules import channel_name_problem as channel_name_problem
+    from gpu_constructs.training_spec.rules import check_processes_per_host as check_processes_per_host
+    from gpu_constructs.training_spec.rules import processing_type_allowed as processing_type_allowed
+    from gpu_constructs.training_spec.rules import readable_problem as readable_problem
+    from gpu_constructs.training_spec.rules import runtime_limit_text as runtime_limit_text
+    from gpu_constructs.training_spec.rules import seconds_of as seconds_of
+    from gpu_constructs.training_spec.rules import stopping_problems as stopping_problems
+    from gpu_constructs.training_spec.rules import stopping_violations as stopping_violations
+    from gpu_constructs.training_spec.rules import validate_job_name as validate_job_name
+    from gpu_constructs.training_spec.service_model import hyperparameter_limits as hyperparameter_limits
+    from gpu_constructs.training_spec.service_model import service_model_problems as service_model_problems
+    from gpu_constructs.training_spec.sfn import Dynamic as Dynamic
+    from gpu_constructs.training_spec.sfn import SfnPaths as SfnPaths
+    from gpu_constructs.training_spec.sfn import iter_dynamic_paths as iter_dynamic_paths
+    from gpu_constructs.training_spec.sfn import states_format as states_format
+    from gpu_constructs.training_spec.sfn import substitute_sfn_samples as substitute_sfn_samples
+    from gpu_constructs.training_spec.sharding import PROCESSING_INPUT_ROOT as PROCESSING_INPUT_ROOT
+    from gpu_constructs.training_spec.sharding import PROCESSING_OUTPUT_ROOT as PROCESSING_OUTPUT_ROOT
+    from gpu_constructs.training_spec.sharding import ShardingJobSpec as ShardingJobSpec
+    from gpu_constructs.training_spec.sharding import ShardSplit as ShardSplit
