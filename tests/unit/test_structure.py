@@ -1,4 +1,5 @@
-"""The code's structure: no import circle between first-party modules, and no ``sys.path`` edits.
+"""The code's structure: no import circle between first-party modules, no ``sys.path`` edits, helpers that do not
+reach back into the construct that composes them, and no function over :data:`MAX_FUNCTION_LINES` lines.
 
 Packaging makes the first-party packages importable (``make setup`` installs the project and ``./constructs``
 in editable mode), so no module puts a folder on ``sys.path`` itself. Only the two container runtimes do, for
@@ -58,6 +59,25 @@ _SKIP_DIRS = {
     "dist",
 }
 _SYS_PATH_MUTATORS = {"insert", "append", "extend", "remove", "pop", "clear", "__setitem__", "__delitem__"}
+
+#: The folders whose functions are held to :data:`MAX_FUNCTION_LINES`.
+FUNCTION_LENGTH_ROOTS = ("constructs", "stacks", "gpuctl", "platform_tools", "containers")
+#: The most lines a function may span, from its ``def`` to its last line (docstring and signature included): longer
+#: ones do several things and split at their seams.
+MAX_FUNCTION_LINES = 120
+#: Functions allowed to be longer, as ``<path relative to the repository>::<qualified name>``, each with why.
+LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {
+    "platform_tools/diagram.py::render": (
+        "one matplotlib drawing whose steps share the figure's coordinates, scale and margins; it is split when "
+        "the diagram tool is next changed"
+    ),
+}
+
+#: The package whose helper modules must not import the construct that composes them (``TrainingPipeline`` passes
+#: them what they read), and the modules that may: the construct's own module and the package's public face.
+HELPERS_PACKAGE = "gpu_constructs.training"
+COMPOSING_MODULE = "gpu_constructs.training.pipeline"
+MAY_IMPORT_COMPOSING_MODULE = {COMPOSING_MODULE, HELPERS_PACKAGE}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -128,6 +148,52 @@ def imports_of(module: str, path: Path, known: Mapping[str, Path]) -> set[str]:
             if name and name != module:
                 targets.add(name)
     return targets
+
+
+def any_imports_of(module: str, path: Path, known: Mapping[str, Path]) -> set[str]:
+    """Every first-party module ``module`` names in an import, wherever the import is: module level, a function, or
+    ``if TYPE_CHECKING:`` (a dependency in the code even where it does not run at import time)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node, module, path.name == "__init__.py")
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        targets.update(name for name in names if name in known and name != module)
+    return targets
+
+
+def function_lengths(path: Path) -> Iterator[tuple[str, int]]:
+    """``(qualified name, lines from its def to its end)`` of every function and method in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def visit(node: ast.AST, prefix: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                yield name, (child.end_lineno or child.lineno) - child.lineno + 1
+                yield from visit(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from visit(child, f"{prefix}{child.name}.")
+            else:
+                yield from visit(child, prefix)
+
+    yield from visit(tree, "")
+
+
+def long_functions(roots: Iterable[Path], base: Path, limit: int) -> dict[str, int]:
+    """``<path relative to base>::<qualified name>`` -> lines, for each function of ``roots`` over ``limit``."""
+    return {
+        f"{path.relative_to(base).as_posix()}::{name}": lines
+        for root in roots
+        for path in python_files(root)
+        for name, lines in function_lengths(path)
+        if lines > limit
+    }
 
 
 def import_graph(packages: Mapping[str, Path], modules: Mapping[str, Path] | None = None) -> dict[str, set[str]]:
@@ -239,6 +305,30 @@ def test_no_sys_path_edits_outside_the_runtimes() -> None:
     assert all(sys_path_edits(path) for path in SYS_PATH_ALLOWED), "the allow-list names a file that no longer needs it"
 
 
+def test_training_helpers_take_inputs_not_the_pipeline() -> None:
+    """The modules of ``gpu_constructs.training`` get what they read from ``TrainingPipeline``; none imports it, not
+    even for type checking (that would be the circle pipeline -> helper -> pipeline again)."""
+    known = module_files(PACKAGES)
+    helpers = {name: path for name, path in known.items() if name.startswith(f"{HELPERS_PACKAGE}.")}
+    assert f"{HELPERS_PACKAGE}.definition" in helpers and COMPOSING_MODULE in helpers
+    importers = sorted(
+        name
+        for name, path in helpers.items()
+        if name not in MAY_IMPORT_COMPOSING_MODULE and COMPOSING_MODULE in any_imports_of(name, path, known)
+    )
+    assert not importers, f"these modules import {COMPOSING_MODULE} (pass them what they read instead): {importers}"
+
+
+def test_no_function_is_longer_than_the_limit() -> None:
+    found = long_functions((ROOT / name for name in FUNCTION_LENGTH_ROOTS), ROOT, MAX_FUNCTION_LINES)
+    offenders = {name: lines for name, lines in found.items() if name not in LONG_FUNCTION_EXCEPTIONS}
+    assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines (split them at their seams): " + ", ".join(
+        f"{name} ({lines} lines)" for name, lines in sorted(offenders.items())
+    )
+    stale = sorted(set(LONG_FUNCTION_EXCEPTIONS) - set(found))
+    assert not stale, f"LONG_FUNCTION_EXCEPTIONS names functions that are no longer over the limit: {stale}"
+
+
 def test_stacks_holds_only_stacks_and_their_helpers() -> None:
     """The tools that read the cloud assembly live in platform_tools, not among the stacks."""
     tools = {"diagram", "summary", "config_reference"}
@@ -294,6 +384,35 @@ def test_checker_finds_circles_in_a_synthetic_package(
         path.write_text(text)
     graph = import_graph({"pkg": tmp_path / "pkg"})
     assert find_cycles(graph) == cycles
+
+
+def test_checker_finds_every_import_of_a_module(tmp_path: Path) -> None:
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/main.py": "X = 1\n",
+        "pkg/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.main import X\n",
+        "pkg/late.py": "def f():\n    from . import main\n",
+        "pkg/plain.py": "import pkg.main\n",
+        "pkg/clean.py": "import json\n",
+    }
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    known = module_files({"pkg": tmp_path / "pkg"})
+    importers = {name for name, path in known.items() if "pkg.main" in any_imports_of(name, path, known)}
+    assert importers == {"pkg.typed", "pkg.late", "pkg.plain"}
+
+
+def test_checker_measures_functions_from_def_to_end(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(5))
+    path.write_text(
+        f"class C:\n    @staticmethod\n    def m():\n{body.replace('    ', '        ')}\n\ndef f():\n{body}"
+    )
+    assert dict(function_lengths(path)) == {"C.m": 6, "f": 6}
+    assert long_functions([tmp_path], tmp_path, 5) == {"m.py::C.m": 6, "m.py::f": 6}
+    assert long_functions([tmp_path], tmp_path, 6) == {}
 
 
 @pytest.mark.parametrize(

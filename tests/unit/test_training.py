@@ -16,6 +16,7 @@ import pytest
 from asl_runner import evaluate_jsonata, run
 from aws_cdk import assertions
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 
 from gpu_constructs import GpuNetwork, PlatformStorage, ValidationError
 from gpu_constructs.constants import TRAINING_SUBNETS
@@ -487,6 +488,32 @@ def test_grants_for_gpuctl_users(parts: _Parts) -> None:
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert any("states:StartExecution" in as_list(s["Action"]) for s in statements)
     template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ml@example.com"})
+
+
+def test_the_pipeline_is_a_grantee_whose_grants_go_to_the_job_role() -> None:
+    """TrainingPipeline declares iam.IGrantable, so a grant takes the pipeline itself (as it takes a fleet or an
+    endpoint) and lands in the policy of the role the jobs run as."""
+    parts = _Parts()  # a stack of its own: the module's shared one is synthesized by earlier tests
+    pipeline = parts.pipeline()
+    bucket = s3.Bucket(parts.stack, f"GranteeData{parts.count}")
+    assert bucket.grant_read(pipeline, "extra/*").success
+    grant = iam.Grant.add_to_principal(
+        grantee=pipeline, actions=["s3:GetObjectTagging"], resource_arns=[bucket.arn_for_objects("extra/*")]
+    )
+    assert grant.success
+    assert pipeline.grant_principal is pipeline.role
+    template = assertions.Template.from_stack(parts.stack).to_json()
+    role_ref = {"Ref": parts.stack.get_logical_id(pipeline.role.node.default_child)}
+    statements = [
+        statement
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy" and role_ref in r["Properties"]["Roles"]
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    bucket_arn = {"Fn::GetAtt": [parts.stack.get_logical_id(bucket.node.default_child), "Arn"]}
+    granted = [s for s in statements if json.dumps(bucket_arn) in json.dumps(s)]
+    actions = {a for s in granted for a in as_list(s["Action"])}
+    assert {"s3:GetObject*", "s3:GetObjectTagging"} <= actions
 
 
 @pytest.mark.parametrize(

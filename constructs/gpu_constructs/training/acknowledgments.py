@@ -5,51 +5,73 @@ security group's self-referencing rule."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from constructs import IConstruct
 
 from gpu_constructs import nag
 from gpu_constructs.training.roles import SAGEMAKER_VPC_ACTIONS
 
-if TYPE_CHECKING:
-    from gpu_constructs.training.pipeline import TrainingPipeline
-
-__all__ = ["JOB_GROUP_INTERNAL_REASON", "STAR_RESOURCE_ACTIONS", "STAR_RESOURCE_REASON"]
+__all__ = ["JOB_GROUP_INTERNAL_REASON", "STAR_RESOURCE_ACTIONS", "STAR_RESOURCE_REASON", "GrantedPrefixes"]
 
 
-def acknowledge_policy(pipeline: TrainingPipeline, policy: IConstruct | None, inline_reason: str) -> None:
-    """The inline policy of one of the setup's roles: IAMNoInlinePolicy, and its expected IAM5 wildcards."""
+@dataclass(frozen=True)
+class GrantedPrefixes:
+    """What the setup's wildcards are scoped to: the job-name prefixes and the S3 key prefixes its roles read or
+    write. A wildcard outside these is not acknowledged, so cdk-nag still reports it.
+
+    :param job_name_prefix: training jobs ``<job_name_prefix>-*``; their ``output/`` and ``checkpoints/`` prefixes.
+    :param shard_job_name_prefix: prepare jobs ``<shard_job_name_prefix>-*``.
+    :param dataset_prefix: the datasets-bucket prefix of the setup's channels.
+    :param code_prefix: where code packages are uploaded in the artifacts bucket.
+    :param readable_prefixes: the prefixes of the setup's readable inputs, as configured.
+    :param source_prefix: the raw files the prepare step reads (None: not granted to the role at hand).
+    """
+
+    job_name_prefix: str
+    shard_job_name_prefix: str
+    dataset_prefix: str
+    code_prefix: str
+    readable_prefixes: Sequence[str] = ()
+    source_prefix: str | None = None
+
+
+def acknowledge_policy(
+    scope: IConstruct, policy: IConstruct | None, inline_reason: str, prefixes: GrantedPrefixes
+) -> None:
+    """The inline policy of one of the setup's roles: IAMNoInlinePolicy, and its expected IAM5 wildcards (those of
+    :func:`expected_wildcards` for ``prefixes``), validated on ``scope``."""
     if policy is None:
         return
     nag.acknowledge_compliance(policy, "IAMNoInlinePolicy", inline_reason)
     nag.acknowledge_wildcards(
         policy,
-        expected_wildcards(pipeline),
+        expected_wildcards(prefixes),
         star_actions=STAR_RESOURCE_ACTIONS,
         star_reason=STAR_RESOURCE_REASON,
-        on=pipeline,
+        on=scope,
     )
 
 
-def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
-    """The IAM5 findings this construct causes on purpose (regex of the finding id, reason).
+def expected_wildcards(prefixes: GrantedPrefixes) -> list[tuple[str, str]]:
+    """The IAM5 findings the setup causes on purpose (regex of the finding id, reason).
 
     Anything else — another prefix, a wildcard action not listed, ``*`` on another action — is not
     acknowledged, so cdk-nag still reports it.
     """
-    prefix = pipeline.job_name_prefix
-    readable = [p if not p or p.endswith("/") else p + "/" for p in (r.prefix for r in pipeline.readable_options)]
-    prefixes = [
-        pipeline.dataset_prefix,
+    prefix = prefixes.job_name_prefix
+    readable = [p if not p or p.endswith("/") else p + "/" for p in prefixes.readable_prefixes]
+    keys = [
+        prefixes.dataset_prefix,
         f"output/{prefix}/",
         f"checkpoints/{prefix}/",
-        pipeline.code_prefix,
+        prefixes.code_prefix,
         *dict.fromkeys(readable),
     ]
-    if pipeline.source_prefix:
-        prefixes.append(pipeline.source_prefix)
-    objects = "|".join(re.escape(p) for p in prefixes)
+    if prefixes.source_prefix:
+        keys.append(prefixes.source_prefix)
+    objects = "|".join(re.escape(p) for p in keys)
     arn = r"arn:[^*]*"
     return [
         (
@@ -77,7 +99,7 @@ def expected_wildcards(pipeline: TrainingPipeline) -> list[tuple[str, str]]:
         ),
         (
             rf"Resource::{arn}:sagemaker:[^*]*:(training-job/{re.escape(prefix)}|"
-            rf"processing-job/{re.escape(pipeline.shard_job_name_prefix)})-\*",
+            rf"processing-job/{re.escape(prefixes.shard_job_name_prefix)})-\*",
             "Safe because the wildcard is the suffix of job names that start with this setup's prefix, since "
             "each execution chooses a new job name",
         ),

@@ -7,17 +7,22 @@
 
 A failed job is described and ends in a Fail state whose cause is the job's ``FailureReason``. Every state is a
 child of the pipeline construct, with a stable id.
+
+The states are built from :class:`DefinitionInputs` (the job spec, the prefixes, the allowed types, the prepare
+step), not from the pipeline, so that this module does not depend on the construct that composes it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from aws_cdk import Stack
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
 
 from gpu_constructs.catalog import processes_per_host_limit
 from gpu_constructs.errors import path_of
@@ -34,6 +39,9 @@ from gpu_constructs.training_spec import (
     PROCESSES_PER_HOST_PATTERN,
     USER_INPUT_MODE,
     SfnPaths,
+    ShardingJobSpec,
+    TrainingCode,
+    TrainingJobSpec,
     hyperparameter_limits,
 )
 from gpu_constructs.training_spec.code import RESERVED_CHANNELS
@@ -43,77 +51,101 @@ from gpu_constructs.training_spec.sfn import DATASET_CHANNELS, RUNTIME_CHANNELS,
 
 if TYPE_CHECKING:
     from gpu_constructs.training.options import PrepareOptions
-    from gpu_constructs.training.pipeline import TrainingPipeline
 
-__all__ = ["definition", "hyperparameter_expression", "input_expression", "static_channels"]
+__all__ = ["DefinitionInputs", "definition", "hyperparameter_expression", "input_expression", "static_channels"]
 
 _PATHS = SfnPaths(
     hyperparameters="$.run.hyperparameters", distribution="$.derived", input_data_config="$.run.input_data_config"
 )
 
 
-def static_channels(pipeline: TrainingPipeline) -> dict[str, list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class DefinitionInputs:
+    """What the training state machine's definition is built from.
+
+    :param spec: the validated job spec (the ``Train`` state's parameters, the defaults, the channels, the code).
+    :param job_name_prefix: training job names an execution may choose start with ``<job_name_prefix>-``.
+    :param shard_job_name_prefix: the prepare step's processing jobs are named ``<shard_job_name_prefix>-*``.
+    :param allowed_instance_types: the types an execution may choose (the ``ValidateInstanceType`` choice).
+    :param readable_inputs: ``s3://bucket/prefix`` URIs an execution's inputs must lie under.
+    :param data_version: the default data version of an execution.
+    :param prepare: the optional prepare step's options (None: no prepare step).
+    :param sharding_spec: the prepare step's job spec (given exactly when ``prepare`` is).
+    """
+
+    spec: TrainingJobSpec
+    job_name_prefix: str
+    shard_job_name_prefix: str
+    allowed_instance_types: tuple[str, ...]
+    readable_inputs: tuple[str, ...]
+    data_version: str
+    prepare: PrepareOptions | None = None
+    sharding_spec: ShardingJobSpec | None = None
+
+
+def static_channels(spec: TrainingJobSpec) -> dict[str, list[dict[str, Any]]]:
     """The channels known before the run, the one home of them (the ``Defaults`` state's ``static.channels``):
     ``dataset``, the setup's dataset channels with ``{data_version}`` in their URIs (the ``MergeInputs`` state
     puts the execution's ``data_version`` there), and ``runtime``, the code's channels (none without a code
     package), whose ``code`` channel reads the setup's code package (``MergeInputs`` puts the execution's
     ``code`` there). The ``SageMakerJobRoleAuthorized`` rule judges them for the ``Train`` state."""
-    code = pipeline.spec.code
+    code = spec.code
     return {
-        DATASET_CHANNELS: [c.render(DATA_VERSION_PLACEHOLDER) for c in pipeline.spec.channels],
+        DATASET_CHANNELS: [c.render(DATA_VERSION_PLACEHOLDER) for c in spec.channels],
         RUNTIME_CHANNELS: code.channels() if code is not None else [],
     }
 
 
-def definition(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.IChainable:
-    """The chain from ``Init``; the states are created in a fixed order under ``pipeline``."""
-    start = _input_states(pipeline, data_version, prepare)
-    check_name, merge_hp = _validation_states(pipeline)
+def definition(scope: Construct, inputs: DefinitionInputs) -> sfn.IChainable:
+    """The chain from ``Init``; the states are created in a fixed order under ``scope``."""
+    start = _input_states(scope, inputs)
+    check_name, merge_hp = _validation_states(scope, inputs)
     train = _sync_task(
-        pipeline,
+        scope,
         "Train",
         "CreateTrainingJob with the full API (spot, checkpoints, VPC, FSx); waits for the end",
         "createTrainingJob",
-        pipeline.spec.to_sfn_parameters(_PATHS, where=path_of(pipeline)),
+        inputs.spec.to_sfn_parameters(_PATHS, where=path_of(scope)),
         "$.training",
     )
-    train.next(_result_states(pipeline))
-    train.add_catch(_failure_branch(pipeline, "Training"), result_path="$.error")
+    train.next(_result_states(scope))
+    train.add_catch(_failure_branch(scope, "Training", inputs.job_name_prefix), result_path="$.error")
     bad_hp = sfn.Fail.jsonata(
-        pipeline,
+        scope,
         "InvalidHyperparameters",
         error="InvalidInput",
         cause="{% 'The execution input is not valid: ' & $join($states.input.run.problems, '; ') %}",
     )
     check_hp = sfn.Choice.jsonata(
-        pipeline, "ValidateHyperparameters", comment="Fail with every problem before SageMaker is called"
+        scope, "ValidateHyperparameters", comment="Fail with every problem before SageMaker is called"
     )
     check_hp.when(sfn.Condition.jsonata("{% $count($states.input.run.problems) > 0 %}"), bad_hp)
     merge_inputs = sfn.Pass.jsonata(
-        pipeline,
+        scope,
         "MergeInputs",
         comment="The job's channels: the execution's inputs (each under a prefix the job role may read), the setup's "
         "dataset channels for the setup's code or with dataset: true, the code's; problems added",
         outputs="{% "
         + input_expression(
-            [c.name for c in pipeline.spec.channels],
-            pipeline.readable_inputs,
-            code=_code_kind(pipeline),
+            [c.name for c in inputs.spec.channels],
+            inputs.readable_inputs,
+            code=_code_kind(inputs.spec.code),
         )
         + " %}",
     )
     merge_hp.next(merge_inputs)
-    if prepare is not None and pipeline.sharding_spec is not None:
-        merge_inputs.next(check_hp.otherwise(_prepare_branch(pipeline, train)))
+    if inputs.prepare is not None and inputs.sharding_spec is not None:
+        merge_inputs.next(check_hp.otherwise(_prepare_branch(scope, inputs, train)))
     else:
         merge_inputs.next(check_hp.otherwise(train))
     return start.next(check_name)
 
 
-def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: PrepareOptions | None) -> sfn.Chain:
+def _input_states(scope: Construct, inputs: DefinitionInputs) -> sfn.Chain:
     """Init -> Defaults -> MergeInput -> Arguments: the execution input merged over the defaults."""
+    spec, prepare = inputs.spec, inputs.prepare
     init = sfn.Pass(
-        pipeline,
+        scope,
         "Init",
         comment="A short run id for default job names, and the execution input",
         parameters={
@@ -122,13 +154,13 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
         },
     )
     defaults: dict[str, Any] = {
-        "job_name": sfn.JsonPath.format(f"{pipeline.job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")),
-        "instance_type": pipeline.spec.instance_type,
-        "data_version": data_version,
+        "job_name": sfn.JsonPath.format(f"{inputs.job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")),
+        "instance_type": spec.instance_type,
+        "data_version": inputs.data_version,
         "hyperparameters": {},
         "inputs": {},
     }
-    code = pipeline.spec.code
+    code = spec.code
     if code is not None:
         # The code package and its entry point: the synthesized asset unless the execution names another.
         defaults["code"] = code.source_s3_uri
@@ -136,19 +168,19 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
     if prepare is not None:
         defaults["prepare"] = prepare.run_by_default
         defaults["prepare_job_name"] = sfn.JsonPath.format(
-            f"{pipeline.shard_job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")
+            f"{inputs.shard_job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")
         )
     apply_defaults = sfn.Pass(
-        pipeline,
+        scope,
         "Defaults",
         comment="Defaults of every runtime value; the execution input overrides them",
         parameters={
             "defaults": defaults,
             "input": sfn.JsonPath.object_at("$.input"),
             "static": {
-                "base_hyperparameters": dict(pipeline.spec.hyperparameters),
+                "base_hyperparameters": dict(spec.hyperparameters),
                 **({"code": code.source_s3_uri} if code is not None else {}),
-                STATIC_CHANNELS: static_channels(pipeline),
+                STATIC_CHANNELS: static_channels(spec),
                 "result_defaults": {
                     "ModelArtifacts": {"S3ModelArtifacts": ""},
                     "FinalMetricDataList": [],
@@ -160,7 +192,7 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
         },
     )
     merge_input = sfn.Pass(
-        pipeline,
+        scope,
         "MergeInput",
         parameters={
             "value": sfn.JsonPath.json_merge(sfn.JsonPath.object_at("$.defaults"), sfn.JsonPath.object_at("$.input"))
@@ -168,19 +200,20 @@ def _input_states(pipeline: TrainingPipeline, data_version: str, prepare: Prepar
         result_path="$.merged",
     )
     unpack = sfn.Pass(
-        pipeline,
+        scope,
         "Arguments",
         parameters={"args": sfn.JsonPath.object_at("$.merged.value"), "static": sfn.JsonPath.object_at("$.static")},
     )
     return init.next(apply_defaults).next(merge_input).next(unpack)
 
 
-def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass]:
+def _validation_states(scope: Construct, inputs: DefinitionInputs) -> tuple[sfn.Choice, sfn.Pass]:
     """ValidateJobName -> ValidateInstanceType -> Derive<procs>x<workers> -> MergeHyperparameters."""
-    prefix = pipeline.job_name_prefix
-    allowed = pipeline.allowed_instance_types
+    prefix = inputs.job_name_prefix
+    allowed = inputs.allowed_instance_types
+    code = inputs.spec.code
     bad_name = sfn.Fail(
-        pipeline,
+        scope,
         "InvalidJobName",
         error="InvalidInput",
         cause_path=sfn.JsonPath.format(
@@ -189,9 +222,9 @@ def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass
             sfn.JsonPath.string_at("$.args.job_name"),
         ),
     )
-    check_name = sfn.Choice(pipeline, "ValidateJobName", comment="IAM lets this pipeline run only <prefix>-* jobs")
+    check_name = sfn.Choice(scope, "ValidateJobName", comment="IAM lets this pipeline run only <prefix>-* jobs")
     bad_type = sfn.Fail(
-        pipeline,
+        scope,
         "InstanceTypeNotAllowed",
         error="InvalidInput",
         cause_path=sfn.JsonPath.format(
@@ -200,27 +233,25 @@ def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass
         ),
     )
     check_type = sfn.Choice(
-        pipeline,
+        scope,
         "ValidateInstanceType",
         comment="NVIDIA GPU training types from the GPU catalog, grouped by their derived distribution",
     )
     merge_hp = sfn.Pass.jsonata(
-        pipeline,
+        scope,
         "MergeHyperparameters",
-        comment=_merge_comment(pipeline),
+        comment=_merge_comment(code),
         outputs="{% "
-        + hyperparameter_expression(
-            {name: processes_per_host_limit(name) for name in allowed}, code=_code_kind(pipeline)
-        )
+        + hyperparameter_expression({name: processes_per_host_limit(name) for name in allowed}, code=_code_kind(code))
         + " %}",
     )
     groups: dict[tuple[str, str], list[str]] = {}
     for name in allowed:
-        derived = pipeline.spec.distribution_for(name)
+        derived = inputs.spec.distribution_for(name)
         groups.setdefault((derived[HP_PROCESSES_PER_HOST], derived[HP_NUM_WORKERS]), []).append(name)
     for (procs, workers), names in sorted(groups.items(), key=lambda kv: (int(kv[0][0]), int(kv[0][1]))):
         derive = sfn.Pass(
-            pipeline,
+            scope,
             f"Derive{procs}x{workers}",
             comment=f"{procs} process(es) per host, {workers} data-loader workers each: {', '.join(names)}",
             result=sfn.Result.from_object({HP_PROCESSES_PER_HOST: procs, HP_NUM_WORKERS: workers}),
@@ -235,19 +266,18 @@ def _validation_states(pipeline: TrainingPipeline) -> tuple[sfn.Choice, sfn.Pass
             sfn.Condition.is_string("$.args.job_name"),
             sfn.Condition.string_matches("$.args.job_name", f"{prefix}-*"),
         ),
-        _code_check(pipeline, check_type),
+        _code_check(scope, code, check_type),
     ).otherwise(bad_name)
     return check_name, merge_hp
 
 
-def _code_check(pipeline: TrainingPipeline, then: sfn.IChainable) -> sfn.IChainable:
+def _code_check(scope: Construct, code: TrainingCode | None, then: sfn.IChainable) -> sfn.IChainable:
     """ValidateCode: the execution's code package is the synthesized one or lies under ``code/<prefix>/`` of the
     artifacts bucket (the only packages the job role may read), and its entry point is a relative ``.py`` path."""
-    code = pipeline.spec.code
     if code is None:
         return then
     bad_code = sfn.Fail(
-        pipeline,
+        scope,
         "CodeNotAllowed",
         error="InvalidInput",
         cause_path=sfn.JsonPath.format(
@@ -270,17 +300,17 @@ def _code_check(pipeline: TrainingPipeline, then: sfn.IChainable) -> sfn.IChaina
         sfn.Condition.not_(sfn.Condition.string_matches(entry, "*..*")),
     )
     return (
-        sfn.Choice(pipeline, "ValidateCode", comment="Only code packages the job role may read; a relative .py entry")
+        sfn.Choice(scope, "ValidateCode", comment="Only code packages the job role may read; a relative .py entry")
         .when(rule, then)
         .otherwise(bad_code)
     )
 
 
-def _result_states(pipeline: TrainingPipeline) -> sfn.Chain:
+def _result_states(scope: Construct) -> sfn.Chain:
     """RecordResult -> Output -> Succeeded: the model artifact, metrics and what produced them."""
-    record = _with_defaults(pipeline, "RecordResult", "$.static.result_defaults", "$.training", "$.result")
+    record = _with_defaults(scope, "RecordResult", "$.static.result_defaults", "$.training", "$.result")
     output = sfn.Pass(
-        pipeline,
+        scope,
         "Output",
         comment="The execution output: model artifact, metrics and what produced them",
         parameters={
@@ -296,38 +326,38 @@ def _result_states(pipeline: TrainingPipeline) -> sfn.Chain:
             "hyperparameters": sfn.JsonPath.object_at("$.run.hyperparameters"),
         },
     )
-    return record.next(output).next(sfn.Succeed(pipeline, "Succeeded"))
+    return record.next(output).next(sfn.Succeed(scope, "Succeeded"))
 
 
-def _prepare_branch(pipeline: TrainingPipeline, train: sfn.CustomState) -> sfn.Choice:
+def _prepare_branch(scope: Construct, inputs: DefinitionInputs, train: sfn.CustomState) -> sfn.Choice:
     """PrepareData? -> ShardDataset -> Train (or straight to Train)."""
-    assert pipeline.sharding_spec is not None
+    assert inputs.sharding_spec is not None
     prepare_state = _sync_task(
-        pipeline,
+        scope,
         "ShardDataset",
         "gpuctl shard in the training image: raw files -> tar shards for this data version",
         "createProcessingJob",
-        pipeline.sharding_spec.to_sfn_parameters(where=path_of(pipeline)),
+        inputs.sharding_spec.to_sfn_parameters(where=path_of(scope)),
         "$.prepare",
     )
-    prepare_state.add_catch(_failure_branch(pipeline, "Processing"), result_path="$.error")
+    prepare_state.add_catch(_failure_branch(scope, "Processing", inputs.shard_job_name_prefix), result_path="$.error")
     prepare_state.next(train)
-    choice = sfn.Choice(pipeline, "PrepareData?")
+    choice = sfn.Choice(scope, "PrepareData?")
     choice.when(sfn.Condition.boolean_equals("$.args.prepare", True), prepare_state).otherwise(train)
     return choice
 
 
 def _sync_task(
-    pipeline: TrainingPipeline, state_id: str, comment: str, action: str, parameters: dict[str, Any], result_path: str
+    scope: Construct, state_id: str, comment: str, action: str, parameters: dict[str, Any], result_path: str
 ) -> sfn.CustomState:
     """A ``sagemaker:<action>.sync`` task with the full API in ``parameters`` (the CDK task classes lack fields)."""
     return sfn.CustomState(
-        pipeline,
+        scope,
         state_id,
         state_json={
             "Type": "Task",
             "Comment": comment,
-            "Resource": f"arn:{Stack.of(pipeline).partition}:states:::sagemaker:{action}.sync",
+            "Resource": f"arn:{Stack.of(scope).partition}:states:::sagemaker:{action}.sync",
             "Parameters": parameters,
             "ResultPath": result_path,
         },
@@ -352,17 +382,14 @@ _FAILURES: dict[str, tuple[tuple[str, str, str, str], str, str, str]] = {
 }
 
 
-def _failure_branch(pipeline: TrainingPipeline, kind: JobKind) -> tasks.CallAwsService:
-    """Describe the failed job -> summarize -> Fail with its ``FailureReason`` (a job never created fails with the
-    task's error)."""
+def _failure_branch(scope: Construct, kind: JobKind, job_name_prefix: str) -> tasks.CallAwsService:
+    """Describe the failed job (of ``kind``, named ``<job_name_prefix>-*``) -> summarize -> Fail with its
+    ``FailureReason`` (a job never created fails with the task's error)."""
     ids, name_path, error, label = _FAILURES[kind]
     job = f"{kind}Job"
-    if kind == "Training":
-        arn = job_arn(pipeline, "training-job", pipeline.job_name_prefix)
-    else:
-        arn = job_arn(pipeline, "processing-job", pipeline.shard_job_name_prefix)
+    arn = job_arn(scope, "training-job" if kind == "Training" else "processing-job", job_name_prefix)
     describe = tasks.CallAwsService(
-        pipeline,
+        scope,
         ids[0],
         service="sagemaker",
         action=f"describe{job}",
@@ -371,9 +398,9 @@ def _failure_branch(pipeline: TrainingPipeline, kind: JobKind) -> tasks.CallAwsS
         parameters={f"{job}Name": sfn.JsonPath.string_at(name_path)},
         result_path="$.failure",
     )
-    summarize = _with_defaults(pipeline, ids[1], "$.static.failure_defaults", "$.failure", "$.failure")
+    summarize = _with_defaults(scope, ids[1], "$.static.failure_defaults", "$.failure", "$.failure")
     failed = sfn.Fail(
-        pipeline,
+        scope,
         ids[2],
         error=error,
         cause_path=sfn.JsonPath.format(
@@ -383,34 +410,33 @@ def _failure_branch(pipeline: TrainingPipeline, kind: JobKind) -> tasks.CallAwsS
             sfn.JsonPath.string_at("$.failure.job.FailureReason"),
         ),
     )
-    not_created = sfn.Fail(pipeline, ids[3], error_path="$.error.Error", cause_path="$.error.Cause")
+    not_created = sfn.Fail(scope, ids[3], error_path="$.error.Error", cause_path="$.error.Cause")
     describe.add_catch(not_created, result_path="$.describe_error")
     describe.next(summarize).next(failed)
     return describe
 
 
-def _with_defaults(pipeline: TrainingPipeline, state_id: str, defaults: str, value: str, result_path: str) -> sfn.Pass:
+def _with_defaults(scope: Construct, state_id: str, defaults: str, value: str, result_path: str) -> sfn.Pass:
     """A Pass state that stores ``{"job": <defaults> merged with <value>}`` at ``result_path`` (fields SageMaker may
     leave out get their defaults)."""
     return sfn.Pass(
-        pipeline,
+        scope,
         state_id,
         parameters={"job": sfn.JsonPath.json_merge(sfn.JsonPath.object_at(defaults), sfn.JsonPath.object_at(value))},
         result_path=result_path,
     )
 
 
-def _code_kind(pipeline: TrainingPipeline) -> CodeKind:
-    code = pipeline.spec.code
+def _code_kind(code: TrainingCode | None) -> CodeKind:
     return None if code is None else "builtin" if code.builtin else "own"
 
 
-def _merge_comment(pipeline: TrainingPipeline) -> str:
+def _merge_comment(code: TrainingCode | None) -> str:
     checked = (
         ", every value a string (numbers and booleans converted), checked against SageMaker's limits and the GPUs "
         "of the type"
     )
-    kind = _code_kind(pipeline)
+    kind = _code_kind(code)
     if kind is None:
         return "derived distribution <- base hyperparameters <- execution input" + checked
     own = "derived distribution <- base hyperparameters" if kind == "builtin" else "base hyperparameters"

@@ -1,32 +1,43 @@
 """Monitoring of :class:`~gpu_constructs.training.TrainingPipeline`: failure notifications (EventBridge -> the
 KMS-encrypted topic), the input-bound (a composite of single-query alarms) and idle-GPU alarms (Metrics Insights
-over every training host) and the dashboard."""
+over every training host) and the dashboard.
+
+Each helper takes what it reads (the job-name prefix, the state machine, the topic, the catalog entry of the
+instance type) and creates its constructs under ``scope``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
 
 from gpu_constructs import nag
+from gpu_constructs.catalog import InstanceType
 from gpu_constructs.topics import alarm_action, rule_target
 from gpu_constructs.training.roles import TRAINING_NAMESPACE
 
 if TYPE_CHECKING:
     from gpu_constructs.training.options import AlarmThresholds
-    from gpu_constructs.training.pipeline import TrainingPipeline
 
 __all__ = ["add_alarms", "add_dashboard", "add_failure_rules"]
 
 
-def add_failure_rules(pipeline: TrainingPipeline) -> tuple[events.Rule, events.Rule]:
-    """Notify the topic of failed training jobs with the prefix and of executions that do not succeed."""
-    prefix = pipeline.job_name_prefix
+def add_failure_rules(
+    scope: Construct, job_name_prefix: str, state_machine: sfn.IStateMachine, topic: sns.ITopic
+) -> tuple[events.Rule, events.Rule]:
+    """Notify ``topic`` of failed training jobs ``<job_name_prefix>-*`` and of executions of ``state_machine`` that
+    do not succeed."""
+    prefix = job_name_prefix
     field = events.EventField.from_path
     failure_rule = _notify(
-        pipeline,
+        scope,
+        topic,
         "JobFailedRule",
         f"SageMaker training jobs {prefix}-* that fail",
         events.EventPattern(
@@ -37,7 +48,8 @@ def add_failure_rules(pipeline: TrainingPipeline) -> tuple[events.Rule, events.R
         f"Training job {field('$.detail.TrainingJobName')} failed: {field('$.detail.FailureReason')}",
     )
     execution_failed_rule = _notify(
-        pipeline,
+        scope,
+        topic,
         "ExecutionFailedRule",
         f"Executions of the {prefix} training state machine that do not succeed",
         events.EventPattern(
@@ -45,7 +57,7 @@ def add_failure_rules(pipeline: TrainingPipeline) -> tuple[events.Rule, events.R
             detail_type=["Step Functions Execution Status Change"],
             detail={
                 "status": ["FAILED", "TIMED_OUT", "ABORTED"],
-                "stateMachineArn": [pipeline.state_machine.state_machine_arn],
+                "stateMachineArn": [state_machine.state_machine_arn],
             },
         ),
         f"Training pipeline execution {field('$.detail.name')} ended {field('$.detail.status')}: "
@@ -55,11 +67,16 @@ def add_failure_rules(pipeline: TrainingPipeline) -> tuple[events.Rule, events.R
 
 
 def _notify(
-    pipeline: TrainingPipeline, rule_id: str, description: str, pattern: events.EventPattern, message: str
+    scope: Construct,
+    topic: sns.ITopic,
+    rule_id: str,
+    description: str,
+    pattern: events.EventPattern,
+    message: str,
 ) -> events.Rule:
-    """An EventBridge rule that sends ``message`` to the setup's topic."""
-    rule = events.Rule(pipeline, rule_id, description=description, event_pattern=pattern)
-    rule.add_target(rule_target(pipeline.topic, message=events.RuleTargetInput.from_text(message)))
+    """An EventBridge rule that sends ``message`` to ``topic``."""
+    rule = events.Rule(scope, rule_id, description=description, event_pattern=pattern)
+    rule.add_target(rule_target(topic, message=events.RuleTargetInput.from_text(message)))
     return rule
 
 
@@ -79,9 +96,10 @@ def _per_unit(query: cloudwatch.MathExpression, count: int, period: Duration, la
 
 
 def add_alarms(
-    pipeline: TrainingPipeline, ref: Any, t: AlarmThresholds
+    scope: Construct, ref: InstanceType, t: AlarmThresholds, topic: sns.ITopic
 ) -> tuple[cloudwatch.CompositeAlarm, cloudwatch.Alarm]:
-    """The input-bound composite alarm and the idle-GPU alarm, each notifying the setup's topic (alarm and OK).
+    """The input-bound composite alarm and the idle-GPU alarm, each notifying ``topic`` (alarm and OK); ``ref`` is
+    the catalog entry of the setup's instance type (its GPUs and vCPUs scale the per-host sums).
 
     Every metric alarm holds exactly one Metrics Insights query (plus, at most, math over it), because CloudWatch
     evaluates an alarm with one ``GetMetricData`` request and "Each GetMetricData operation can have only one
@@ -112,7 +130,7 @@ def add_alarms(
     disk = _insights("AVG", "DiskUtilization", period, "Disk utilization")
     part = "Part of the input-bound alarm (the composite alarm notifies; this one does not): "
     gpu_low = _per_unit(gpu, gpus, period, "GPU utilization per GPU").create_alarm(
-        pipeline,
+        scope,
         "InputBoundGpuLowAlarm",
         alarm_description=f"{part}average GPU utilization below {t.gpu_low_pct:g}% per GPU of {ref.sagemaker_name}.",
         threshold=t.gpu_low_pct,
@@ -121,7 +139,7 @@ def add_alarms(
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
     cpu_busy = _per_unit(cpu, vcpus, period, "CPU utilization per vCPU").create_alarm(
-        pipeline,
+        scope,
         "InputBoundCpuBusyAlarm",
         alarm_description=f"{part}average CPU utilization above {t.busy_pct:g}% per vCPU of {ref.sagemaker_name}.",
         threshold=t.busy_pct,
@@ -130,7 +148,7 @@ def add_alarms(
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
     disk_busy = disk.create_alarm(
-        pipeline,
+        scope,
         "InputBoundDiskBusyAlarm",
         alarm_description=f"{part}average disk utilization above {t.busy_pct:g}%.",
         threshold=t.busy_pct,
@@ -147,7 +165,7 @@ def add_alarms(
         )
     state = cloudwatch.AlarmState.ALARM
     alarm = cloudwatch.CompositeAlarm(
-        pipeline,
+        scope,
         "InputBoundCompositeAlarm",
         alarm_rule=cloudwatch.AlarmRule.all_of(
             cloudwatch.AlarmRule.from_alarm(gpu_low, state),
@@ -169,7 +187,7 @@ def add_alarms(
         label="GPU utilization per GPU of the least-used host",
     )
     idle = idle_expr.create_alarm(
-        pipeline,
+        scope,
         "IdleGpuAlarm",
         alarm_description=(
             f"A training host's GPUs are idle: utilization below {t.idle_gpu_pct:g}% per GPU for "
@@ -181,7 +199,7 @@ def add_alarms(
         evaluation_periods=t.idle_periods,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
-    action = alarm_action(pipeline.topic)
+    action = alarm_action(topic)
     for notifying in (alarm, idle):
         notifying.add_alarm_action(action)
         notifying.add_ok_action(action)
@@ -198,18 +216,27 @@ def _search(prefix: str, dimension: str, metric: str, period: Duration) -> cloud
     )
 
 
-def add_dashboard(pipeline: TrainingPipeline, t: AlarmThresholds) -> cloudwatch.Dashboard:
+def add_dashboard(
+    scope: Construct,
+    job_name_prefix: str,
+    *,
+    metric_definitions: Sequence[Mapping[str, str]],
+    state_machine: sfn.StateMachine,
+    alarms: Sequence[cloudwatch.IAlarm],
+) -> cloudwatch.Dashboard:
+    """The dashboard of the jobs ``<job_name_prefix>-*``: host utilization, the jobs' throughput, data-wait and loss
+    metrics (those of ``metric_definitions``), the executions of ``state_machine`` and the states of ``alarms``."""
     period = Duration.minutes(1)
     dashboard = cloudwatch.Dashboard(
-        pipeline,
+        scope,
         "Dashboard",
-        dashboard_name=f"{pipeline.job_name_prefix}-training",
+        dashboard_name=f"{job_name_prefix}-training",
         default_interval=Duration.hours(6),
     )
     dashboard.add_widgets(
         cloudwatch.TextWidget(
             markdown=(
-                f"## Training jobs `{pipeline.job_name_prefix}-*`\n"
+                f"## Training jobs `{job_name_prefix}-*`\n"
                 "GPU and CPU utilization are summed over the GPUs / vCPUs of a host (4 GPUs: 0-400 %). "
                 "**Low GPU with busy CPU or disk** means the input pipeline is the bottleneck; **low GPU with "
                 "low CPU and disk** means the loader is under-parallelized (raise `num_workers`)."
@@ -227,19 +254,19 @@ def add_dashboard(pipeline: TrainingPipeline, t: AlarmThresholds) -> cloudwatch.
     dashboard.add_widgets(
         *[
             cloudwatch.GraphWidget(
-                title=title, left=[_search(pipeline.job_name_prefix, "Host", metric, period)], width=12, height=6
+                title=title, left=[_search(job_name_prefix, "Host", metric, period)], width=12, height=6
             )
             for metric, title in host
         ]
     )
-    job_metrics = [m["Name"] for m in pipeline.spec.metric_definitions]
+    job_metrics = [m["Name"] for m in metric_definitions]
     wanted = [name for name in job_metrics if name.endswith(("samples_per_sec", "data_wait_pct", "loss"))]
     if wanted:
         dashboard.add_widgets(
             *[
                 cloudwatch.GraphWidget(
                     title=f"{name} (from the job's logs)",
-                    left=[_search(pipeline.job_name_prefix, "TrainingJobName", name, period)],
+                    left=[_search(job_name_prefix, "TrainingJobName", name, period)],
                     width=8,
                     height=6,
                 )
@@ -250,14 +277,12 @@ def add_dashboard(pipeline: TrainingPipeline, t: AlarmThresholds) -> cloudwatch.
         cloudwatch.GraphWidget(
             title="Pipeline executions",
             left=[
-                pipeline.state_machine.metric_succeeded(statistic="Sum", period=Duration.hours(1)),
-                pipeline.state_machine.metric_failed(statistic="Sum", period=Duration.hours(1)),
+                state_machine.metric_succeeded(statistic="Sum", period=Duration.hours(1)),
+                state_machine.metric_failed(statistic="Sum", period=Duration.hours(1)),
             ],
             width=12,
             height=6,
         ),
-        cloudwatch.AlarmStatusWidget(
-            alarms=[pipeline.input_bound_alarm, pipeline.idle_gpu_alarm], title="Alarms", width=12, height=6
-        ),
+        cloudwatch.AlarmStatusWidget(alarms=list(alarms), title="Alarms", width=12, height=6),
     )
     return dashboard

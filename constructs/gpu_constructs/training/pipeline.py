@@ -19,7 +19,7 @@ from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from gpu_constructs.catalog import instance_types, lookup, require_nvidia_gpu
+from gpu_constructs.catalog import InstanceType, instance_types, lookup, require_nvidia_gpu
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs, new_key
 from gpu_constructs.principals import RoleConnectable
@@ -27,11 +27,18 @@ from gpu_constructs.removal import named_log_group
 from gpu_constructs.security_groups import cluster_security_group
 from gpu_constructs.storage import PlatformStorage, grant_objects
 from gpu_constructs.topics import notification_topic
-from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON, acknowledge_policy
-from gpu_constructs.training.definition import definition
+from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON, GrantedPrefixes, acknowledge_policy
+from gpu_constructs.training.definition import DefinitionInputs, definition
 from gpu_constructs.training.monitoring import add_alarms, add_dashboard, add_failure_rules
 from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, ReadableInput, TrainingImageLike
-from gpu_constructs.training.roles import grant_read_inputs, grant_run_jobs, grant_state_machine, job_policy, job_role
+from gpu_constructs.training.roles import (
+    TrainingJobs,
+    grant_read_inputs,
+    grant_run_jobs,
+    grant_state_machine,
+    job_policy,
+    job_role,
+)
 from gpu_constructs.training_spec import (
     DATA_VERSION_PLACEHOLDER,
     DEFAULT_ENTRY_POINT,
@@ -56,7 +63,7 @@ from gpu_constructs.training_spec.rules import as_timedelta
 __all__ = ["TrainingPipeline"]
 
 
-@jsii.implements(ec2.IConnectable)
+@jsii.implements(ec2.IConnectable, iam.IGrantable)
 class TrainingPipeline(RoleConnectable, Construct):
     """A deployed GPU training setup: job roles, the training state machine, dashboard and alarms.
 
@@ -181,58 +188,42 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.vpc = vpc
         self.security_groups = self._job_security_groups(vpc, security_groups)
         self._connections = ec2.Connections(security_groups=self.security_groups)
-        subnet_ids = vpc.select_subnets(**_selection_kwargs(vpc_subnets)).subnet_ids if vpc is not None else []
-
-        # -- the execution role and the job spec --------------------------------------------------------
-        output_prefix = f"output/{job_name_prefix}/"
-        checkpoint_prefix = f"checkpoints/{job_name_prefix}/"
         #: What the jobs may read besides the dataset prefix (default: the whole datasets bucket).
         self.readable_options = (ReadableInput(),) if readable_inputs is None else tuple(readable_inputs)
-        self.role = self._execution_role(role, vpc, output_prefix, checkpoint_prefix if spot else None)
-        #: ``s3://bucket/prefix`` of everything the job role may read as input (user-named channels included).
-        self.readable_inputs = grant_read_inputs(self, self.role, self.readable_options, self.dataset_prefix)
-        ref = lookup(instance_type, where=path_of(self))
-        artifacts = storage.artifacts_bucket.bucket_name
-        code = self._code(
-            source_dir,
-            entry_point,
-            distribution,
-            framework,
-            (vpc is None and not network_isolation) if package_index is None else package_index,
-        )
-        self.spec = TrainingJobSpec(
-            image_uri=image.image_uri,
-            role_arn=self.role.role_arn,
-            instance_type=instance_type,
-            output_s3_uri=f"s3://{artifacts}/{output_prefix}",
-            channels=tuple(channels),
+        #: The catalog entry of ``instance_type``, looked up once: the volume key, the allowed types and the alarms
+        #: follow from it.
+        instance = lookup(instance_type, where=path_of(self))
+
+        # -- the execution role and the job spec --------------------------------------------------------
+        self.spec = self._training_jobs(
+            instance_type,
+            instance,
+            role=role,
+            vpc_subnets=vpc_subnets,
+            channels=channels,
             instance_count=instance_count,
-            volume_size_gb=int(volume_size.to_gibibytes()),
-            volume_kms_key=storage.key.key_arn if not ref.has_local_nvme else None,
-            output_kms_key=storage.key.key_arn,
-            hyperparameters=dict(hyperparameters or {}),
-            environment=dict(environment or {}),
-            metric_definitions=tuple(dict(m) for m in metric_definitions or ()),
-            max_runtime=as_timedelta(max_runtime),
+            volume_size=volume_size,
+            hyperparameters=hyperparameters,
+            environment=environment,
+            metric_definitions=metric_definitions,
+            max_runtime=max_runtime,
             spot=spot,
-            max_wait=as_timedelta(max_wait),
-            checkpoint_s3_uri=f"s3://{artifacts}/{checkpoint_prefix}" if spot else None,
-            subnets=tuple(subnet_ids),
-            security_group_ids=tuple(sg.security_group_id for sg in self.security_groups),
+            max_wait=max_wait,
+            max_retry_attempts=max_retry_attempts,
             inter_container_encryption=inter_container_encryption,
             network_isolation=network_isolation,
             processes_per_host=processes_per_host,
             dataloader_workers=dataloader_workers,
             data_version=data_version,
-            cuda_version=image.cuda_version,
             production=production,
-            max_retry_attempts=max_retry_attempts,
-            job_name_prefix=job_name_prefix,
-            tags=dict(tags or {}),
-            code=code,
-            readable_inputs=self.readable_inputs,
-        ).validate(path_of(self))
-        self.allowed_instance_types = self._allowed_types(allowed_instance_types)
+            tags=tags,
+            source_dir=source_dir,
+            entry_point=entry_point,
+            distribution=distribution,
+            framework=framework,
+            package_index=package_index,
+        )
+        self.allowed_instance_types = self._allowed_types(allowed_instance_types, instance)
 
         # -- optional prepare step ----------------------------------------------------------------------
         self.prepare_role: iam.IRole | None = None
@@ -241,13 +232,9 @@ class TrainingPipeline(RoleConnectable, Construct):
             self.sharding_spec = self._sharding_spec(prepare, channels, dataset_prefix, vpc, tags)
 
         # -- the state machine, its notifications and monitoring ----------------------------------------
-        self.encryption_key = encryption_key or self._key(removal_policy)
-        allow_cloudwatch_logs(self.encryption_key, Stack.of(self), sid="AllowCloudWatchLogsForThisAccount")
-        # The publishers of the encrypted topic (CloudWatch alarms, EventBridge rules) are admitted on this key
-        # by gpu_constructs.topics where the topic is bound (alarm_action, rule_target).
+        self.encryption_key = self._encryption_key(encryption_key, removal_policy)
         self._state_machine(data_version, prepare, log_retention, removal_policy)
-        thresholds = (alarm_thresholds or AlarmThresholds()).validate(path_of(self))
-        self._monitoring(ref, thresholds, notification_emails)
+        self._monitoring(instance, alarm_thresholds, notification_emails)
         self.spec_parameter = self._publish_spec(spec_parameter_name)
 
     # -- grants -----------------------------------------------------------------------------------------
@@ -261,7 +248,14 @@ class TrainingPipeline(RoleConnectable, Construct):
     def grant_run_jobs(self, grantee: iam.IGrantable) -> iam.Grant:
         """What ``gpuctl train/status/logs/stop`` need: jobs with the prefix, pass the role, read the logs,
         the job spec parameter and the stack's outputs."""
-        return grant_run_jobs(self, grantee)
+        return grant_run_jobs(
+            self,
+            grantee,
+            self._jobs(),
+            spec_parameter=self.spec_parameter,
+            artifacts_bucket=self.storage.artifacts_bucket,
+            code_prefix=self.code_prefix,
+        )
 
     # -- validation -------------------------------------------------------------------------------------
 
@@ -321,6 +315,89 @@ class TrainingPipeline(RoleConnectable, Construct):
                 raise fail(self, "notification_emails", address, "e-mail addresses such as ml-team@example.com")
 
     # -- parts ------------------------------------------------------------------------------------------
+
+    def _training_jobs(
+        self,
+        instance_type: str,
+        instance: InstanceType,
+        *,
+        role: iam.IRole | None,
+        vpc_subnets: ec2.SubnetSelection | None,
+        channels: Sequence[Channel],
+        instance_count: int,
+        volume_size: Size,
+        hyperparameters: Mapping[str, str] | None,
+        environment: Mapping[str, str] | None,
+        metric_definitions: Sequence[Mapping[str, str]] | None,
+        max_runtime: Duration,
+        spot: bool,
+        max_wait: Duration | None,
+        max_retry_attempts: int | None,
+        inter_container_encryption: bool,
+        network_isolation: bool,
+        processes_per_host: int | None,
+        dataloader_workers: int | None,
+        data_version: str,
+        production: bool,
+        tags: Mapping[str, str] | None,
+        source_dir: str | Path | None,
+        entry_point: str,
+        distribution: Distribution,
+        framework: Framework,
+        package_index: bool | None,
+    ) -> TrainingJobSpec:
+        """The training jobs: their execution role (``self.role``) with what it reads (``self.readable_inputs``)
+        and writes, their code package, and the validated job spec on ``instance_type`` (``instance``: its catalog
+        entry) that the state machine and ``gpuctl`` run."""
+        vpc = self.vpc
+        subnet_ids = vpc.select_subnets(**_selection_kwargs(vpc_subnets)).subnet_ids if vpc is not None else []
+        output_prefix = f"output/{self.job_name_prefix}/"
+        checkpoint_prefix = f"checkpoints/{self.job_name_prefix}/"
+        self.role = self._execution_role(role, vpc, output_prefix, checkpoint_prefix if spot else None)
+        #: ``s3://bucket/prefix`` of everything the job role may read as input (user-named channels included).
+        self.readable_inputs = grant_read_inputs(
+            self, self.role, self.readable_options, self.dataset_prefix, storage=self.storage
+        )
+        artifacts = self.storage.artifacts_bucket.bucket_name
+        code = self._code(
+            source_dir,
+            entry_point,
+            distribution,
+            framework,
+            (vpc is None and not network_isolation) if package_index is None else package_index,
+        )
+        return TrainingJobSpec(
+            image_uri=self.image.image_uri,
+            role_arn=self.role.role_arn,
+            instance_type=instance_type,
+            output_s3_uri=f"s3://{artifacts}/{output_prefix}",
+            channels=tuple(channels),
+            instance_count=instance_count,
+            volume_size_gb=int(volume_size.to_gibibytes()),
+            volume_kms_key=self.storage.key.key_arn if not instance.has_local_nvme else None,
+            output_kms_key=self.storage.key.key_arn,
+            hyperparameters=dict(hyperparameters or {}),
+            environment=dict(environment or {}),
+            metric_definitions=tuple(dict(m) for m in metric_definitions or ()),
+            max_runtime=as_timedelta(max_runtime),
+            spot=spot,
+            max_wait=as_timedelta(max_wait),
+            checkpoint_s3_uri=f"s3://{artifacts}/{checkpoint_prefix}" if spot else None,
+            subnets=tuple(subnet_ids),
+            security_group_ids=tuple(sg.security_group_id for sg in self.security_groups),
+            inter_container_encryption=inter_container_encryption,
+            network_isolation=network_isolation,
+            processes_per_host=processes_per_host,
+            dataloader_workers=dataloader_workers,
+            data_version=data_version,
+            cuda_version=self.image.cuda_version,
+            production=production,
+            max_retry_attempts=max_retry_attempts,
+            job_name_prefix=self.job_name_prefix,
+            tags=dict(tags or {}),
+            code=code,
+            readable_inputs=self.readable_inputs,
+        ).validate(path_of(self))
 
     def _code(
         self,
@@ -383,12 +460,15 @@ class TrainingPipeline(RoleConnectable, Construct):
         vpc: ec2.IVpc | None,
         existing: iam.IRole | None = None,
     ) -> iam.IRole:
-        role = job_role(self, construct_id, kind, vpc, existing=existing)
+        role = job_role(
+            self, construct_id, kind, vpc, job_name_prefix=self.job_name_prefix, key=self.storage.key, existing=existing
+        )
         acknowledge_policy(
             self,
             job_policy(role),
             f"Safe because this inline policy is created by CDK for exactly one role (the SageMaker {kind} job "
             "role), is deleted with it and cannot be attached elsewhere; every statement is scoped to this setup",
+            self._granted_prefixes(),
         )
         return role
 
@@ -408,10 +488,10 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.image.grant_pull(role)
         return role
 
-    def _allowed_types(self, requested: Sequence[str] | None) -> tuple[str, ...]:
-        """Types an execution may pick: same local-storage kind (VolumeKmsKeyId), CUDA support, GPU count."""
+    def _allowed_types(self, requested: Sequence[str] | None, ref: InstanceType) -> tuple[str, ...]:
+        """Types an execution may pick: same local-storage kind (VolumeKmsKeyId) as ``ref`` (the catalog entry of the
+        spec's instance type), CUDA support, GPU count."""
         where = path_of(self)
-        ref = lookup(self.spec.instance_type, where=where)
         if requested is not None:
             names = list(dict.fromkeys(requested))
             if self.spec.instance_type not in names:
@@ -500,12 +580,38 @@ class TrainingPipeline(RoleConnectable, Construct):
             raise ValidationError(path_of(self), "prepare: " + "; ".join(problems))
         return spec
 
-    def _key(self, removal_policy: RemovalPolicy) -> kms.IKey:
-        return new_key(
+    def _encryption_key(self, given: kms.IKey | None, removal_policy: RemovalPolicy) -> kms.IKey:
+        """``given`` or a new key (rotation on) for the state machine's log group and the notification topic; its
+        policy admits CloudWatch Logs of this account. The publishers of the encrypted topic (CloudWatch alarms,
+        EventBridge rules) are admitted on the key by :mod:`gpu_constructs.topics` where the topic is bound
+        (``alarm_action``, ``rule_target``)."""
+        key = given or new_key(
             self,
             "Key",
             description=f"Encrypts the training state machine logs and notifications of {self.job_name_prefix}",
             removal_policy=removal_policy,
+        )
+        allow_cloudwatch_logs(key, Stack.of(self), sid="AllowCloudWatchLogsForThisAccount")
+        return key
+
+    def _jobs(self) -> TrainingJobs:
+        """The setup's jobs as the IAM helpers see them (prefixes and job roles, as far as they exist yet)."""
+        return TrainingJobs(
+            job_name_prefix=self.job_name_prefix,
+            shard_job_name_prefix=self.shard_job_name_prefix,
+            execution_role=self.role,
+            prepare_role=self.prepare_role,
+        )
+
+    def _granted_prefixes(self) -> GrantedPrefixes:
+        """What the setup's IAM5 wildcards may cover now (the raw-file prefix once the prepare step has set it)."""
+        return GrantedPrefixes(
+            job_name_prefix=self.job_name_prefix,
+            shard_job_name_prefix=self.shard_job_name_prefix,
+            dataset_prefix=self.dataset_prefix,
+            code_prefix=self.code_prefix,
+            readable_prefixes=tuple(r.prefix for r in self.readable_options),
+            source_prefix=self.source_prefix,
         )
 
     def _state_machine(
@@ -525,21 +631,39 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(definition(self, data_version, prepare)),
+            definition_body=sfn.DefinitionBody.from_chainable(
+                definition(
+                    self,
+                    DefinitionInputs(
+                        spec=self.spec,
+                        job_name_prefix=self.job_name_prefix,
+                        shard_job_name_prefix=self.shard_job_name_prefix,
+                        allowed_instance_types=self.allowed_instance_types,
+                        readable_inputs=self.readable_inputs,
+                        data_version=data_version,
+                        prepare=prepare,
+                        sharding_spec=self.sharding_spec,
+                    ),
+                )
+            ),
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
             tracing_enabled=True,
             timeout=Duration.seconds(timeout_s),
             comment=f"Train on SageMaker: jobs {self.job_name_prefix}-*",
         )
-        grant_state_machine(self, self.state_machine.role)
+        grant_state_machine(self, self.state_machine.role, self._jobs())
         acknowledge_policy(
             self,
             self.state_machine.role.node.try_find_child("DefaultPolicy"),
             "Safe because this inline policy is created by CDK for exactly one role (this state machine's), is "
             "deleted with it and cannot be attached elsewhere; it allows only jobs with this setup's prefix",
+            self._granted_prefixes(),
         )
 
-    def _monitoring(self, ref: Any, thresholds: AlarmThresholds, emails: Sequence[str]) -> None:
+    def _monitoring(self, ref: InstanceType, alarm_thresholds: AlarmThresholds | None, emails: Sequence[str]) -> None:
+        """The notification topic, failure rules, alarms (scaled to ``ref``, the instance type's catalog entry) and
+        the dashboard."""
+        thresholds = (alarm_thresholds or AlarmThresholds()).validate(path_of(self))
         # Alarm actions and the rule targets admit CloudWatch and EventBridge on the topic and key.
         self.topic = notification_topic(
             self,
@@ -548,9 +672,17 @@ class TrainingPipeline(RoleConnectable, Construct):
             master_key=self.encryption_key,
             emails=emails,
         )
-        self.failure_rule, self.execution_failed_rule = add_failure_rules(self)
-        self.input_bound_alarm, self.idle_gpu_alarm = add_alarms(self, ref, thresholds)
-        self.dashboard = add_dashboard(self, thresholds)
+        self.failure_rule, self.execution_failed_rule = add_failure_rules(
+            self, self.job_name_prefix, self.state_machine, self.topic
+        )
+        self.input_bound_alarm, self.idle_gpu_alarm = add_alarms(self, ref, thresholds, self.topic)
+        self.dashboard = add_dashboard(
+            self,
+            self.job_name_prefix,
+            metric_definitions=self.spec.metric_definitions,
+            state_machine=self.state_machine,
+            alarms=(self.input_bound_alarm, self.idle_gpu_alarm),
+        )
 
     def _publish_spec(self, parameter_name: str | None) -> ssm.StringParameter:
         """The job spec for ``gpuctl``, as JSON in an SSM parameter (advanced tier when it may pass 4 KB)."""

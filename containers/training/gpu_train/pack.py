@@ -58,7 +58,7 @@ import threading
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -533,6 +533,135 @@ def _bad_files_error(skipped: Sequence[Skipped], total: int, max_bad_fraction: f
     )
 
 
+def _check_options(
+    *, mode: str, encoding: str, quality: int, image_size: int, target_bytes: int, max_bad_fraction: float
+) -> None:
+    """Refuse options that cannot pack, before any source file is read or anything is written."""
+    if mode not in MODES:
+        raise PackError(f"mode={mode!r} is not allowed; allowed: {', '.join(MODES)}")
+    if encoding not in ENCODINGS:
+        raise PackError(f"encoding={encoding!r} is not allowed; allowed: {', '.join(ENCODINGS)}")
+    if encoding != "raw" and mode != "image":
+        raise PackError(f"encoding={encoding!r} needs mode='image' (mode={mode!r} stores the source files as they are)")
+    if encoding == "jpeg" and not 1 <= quality <= 95:
+        # Pillow: "values above 95 should be avoided; 100 disables portions of the JPEG compression algorithm".
+        raise PackError(f"JPEG quality {quality} is not allowed; allowed: 1 to 95")
+    if mode == "image" and not 8 <= image_size <= 4096:
+        raise PackError(f"image size {image_size} is not allowed; allowed: 8 to 4096 pixels")
+    if target_bytes <= 0:
+        raise PackError(f"target shard size {target_bytes} is not allowed; allowed: > 0 bytes")
+    if not 0.0 <= max_bad_fraction <= 1.0:
+        raise PackError(f"max bad fraction {max_bad_fraction:g} is not allowed; allowed: 0 to 1 (e.g. 0.01 for 1%)")
+
+
+def _open_destination(
+    dest: str,
+    *,
+    overwrite: bool,
+    s3_client: Any,
+    max_concurrency: int,
+    chunk_bytes: int,
+    kms_key_id: str | None,
+) -> tuple[S3Target | None, LocalTarget | None, Path]:
+    """The S3 or local target of ``dest`` and the folder shards are staged in before they are uploaded or moved:
+    a temporary folder for S3 (each shard is uploaded and deleted once written), the local target's own staging."""
+    if is_s3(dest):
+        target = S3Target(
+            dest,
+            client=s3_client,
+            max_concurrency=max_concurrency,
+            chunk_bytes=chunk_bytes,
+            kms_key_id=kms_key_id,
+        )
+        target.prepare(overwrite=overwrite)
+        return target, None, Path(tempfile.mkdtemp(prefix="gpuctl-shard-"))
+    local = LocalTarget(Path(dest), overwrite=overwrite)
+    return None, local, local.staging
+
+
+@dataclass
+class _Written:
+    """What :func:`_write_items` wrote: the samples, the largest first file (bytes) and the files it skipped."""
+
+    count: int = 0
+    largest: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def _write_items(
+    writer: ShardWriter,
+    ordered: Sequence[Item],
+    job: _Job,
+    *,
+    workers: int,
+    skip_bad: bool,
+    max_bad_fraction: float,
+    on_skip: Callable[[Skipped], None],
+    on_progress: Callable[[int], None] | None,
+    bar: Any,
+) -> _Written:
+    """Preprocess ``ordered`` (``workers`` processes) and add each readable item to ``writer`` as the next sample.
+
+    An unreadable item fails the run unless ``skip_bad``; then it goes to ``on_skip``, and the run fails once more
+    than ``max_bad_fraction`` of all items are bad.
+    """
+    written = _Written()
+    for number, ((files, error), item) in enumerate(
+        zip(_prepared(((job, item) for item in ordered), workers), ordered, strict=True)
+    ):
+        if error is not None:
+            if not skip_bad:
+                raise PackError(
+                    f"cannot read source file {item.path}: {error} (pass --skip-bad to skip unreadable files)"
+                )
+            written.skipped.append(Skipped(item.path, error))
+            on_skip(written.skipped[-1])
+            if _too_many_bad(len(written.skipped), len(ordered), max_bad_fraction):
+                raise _bad_files_error(
+                    written.skipped, len(ordered), max_bad_fraction, final=number + 1 == len(ordered)
+                )
+        else:
+            writer.add(f"{written.count:09d}", files)
+            written.count += 1
+            written.largest = max(written.largest, len(files[0][1]))
+        if bar is not None:
+            bar.update(1)
+        if on_progress is not None:
+            on_progress(number + 1)
+    return written
+
+
+def _sample_layout(job: _Job, kept: Sequence[Item], largest: int) -> dict[str, Any]:
+    """The index's ``sample``: the files of one sample and how to decode them (``largest``: the largest encoded
+    image, which sizes the loader's batch buffers; ``kept``: the source files packed, for raw mode's extensions)."""
+    if job.mode == "image" and job.encoding == "jpeg":
+        return {
+            "image": {
+                "ext": "jpg",
+                "encoding": "jpeg",
+                "quality": job.quality,
+                "max_bytes": largest,
+                "dtype": "uint8",
+                "layout": "HWC",
+                "shape": [job.image_size, job.image_size, 3],
+            },
+            "label": {"ext": "cls"},
+        }
+    if job.mode == "image":
+        return {
+            "image": {"ext": "npy", "dtype": "uint8", "layout": "HWC", "shape": [job.image_size, job.image_size, 3]},
+            "label": {"ext": "cls"},
+        }
+    return {
+        "files": sorted({os.path.basename(i.path).split(".", 1)[-1].lower() for i in kept}),
+        "label": {"ext": "cls"},
+    }
+
+
+def _log_skipped(entry: Skipped) -> None:
+    log.warning("skipped %s: %s", entry.path, entry.reason)
+
+
 def pack(
     src: Path,
     dest: str,
@@ -564,51 +693,29 @@ def pack(
     destination holds no part of this run (see the module docstring). ``encoding`` (image mode): ``raw`` stores
     ``uint8`` arrays, ``jpeg`` baseline JPEGs at ``quality`` (1 to 95).
     """
-    if mode not in MODES:
-        raise PackError(f"mode={mode!r} is not allowed; allowed: {', '.join(MODES)}")
-    if encoding not in ENCODINGS:
-        raise PackError(f"encoding={encoding!r} is not allowed; allowed: {', '.join(ENCODINGS)}")
-    if encoding != "raw" and mode != "image":
-        raise PackError(f"encoding={encoding!r} needs mode='image' (mode={mode!r} stores the source files as they are)")
-    if encoding == "jpeg" and not 1 <= quality <= 95:
-        # Pillow: "values above 95 should be avoided; 100 disables portions of the JPEG compression algorithm".
-        raise PackError(f"JPEG quality {quality} is not allowed; allowed: 1 to 95")
-    if mode == "image" and not 8 <= image_size <= 4096:
-        raise PackError(f"image size {image_size} is not allowed; allowed: 8 to 4096 pixels")
-    if target_bytes <= 0:
-        raise PackError(f"target shard size {target_bytes} is not allowed; allowed: > 0 bytes")
-    if not 0.0 <= max_bad_fraction <= 1.0:
-        raise PackError(f"max bad fraction {max_bad_fraction:g} is not allowed; allowed: 0 to 1 (e.g. 0.01 for 1%)")
+    _check_options(
+        mode=mode,
+        encoding=encoding,
+        quality=quality,
+        image_size=image_size,
+        target_bytes=target_bytes,
+        max_bad_fraction=max_bad_fraction,
+    )
     items, classes = list_source(src, mode=mode, allow_missing=skip_bad)
     ordered = _ordered(items, seed, shuffle)
     workers = workers or len(os.sched_getaffinity(0))
-
-    target: S3Target | None = None
-    local: LocalTarget | None = None
-    staging: Path
-    if is_s3(dest):
-        target = S3Target(
-            dest,
-            client=s3_client,
-            max_concurrency=max_concurrency,
-            chunk_bytes=multipart_chunk_bytes,
-            kms_key_id=kms_key_id,
-        )
-        target.prepare(overwrite=overwrite)
-        staging = Path(tempfile.mkdtemp(prefix="gpuctl-shard-"))
-    else:
-        local = LocalTarget(Path(dest), overwrite=overwrite)
-        staging = local.staging
+    target, local, staging = _open_destination(
+        dest,
+        overwrite=overwrite,
+        s3_client=s3_client,
+        max_concurrency=max_concurrency,
+        chunk_bytes=multipart_chunk_bytes,
+        kms_key_id=kms_key_id,
+    )
 
     def on_shard(path: Path, info: ShardInfo) -> None:
         if target is not None:
             target.upload(path, info.name)
-
-    def skipped_file(entry: Skipped) -> None:
-        if on_skip is not None:
-            on_skip(entry)
-        else:
-            log.warning("skipped %s: %s", entry.path, entry.reason)
 
     writer = ShardWriter(staging, target_bytes, on_shard=on_shard)
     bar: Any = None
@@ -617,61 +724,25 @@ def pack(
 
         bar = tqdm(total=len(ordered), unit="img" if mode == "image" else "file", desc="packing", smoothing=0.1)
     job = _Job(mode=mode, image_size=image_size, encoding=encoding, quality=quality)
-    skipped: list[Skipped] = []
-    written = 0
-    largest = 0  # the largest encoded image (jpeg): sizes the loader's batch buffers
     try:
-        for number, ((files, error), item) in enumerate(
-            zip(_prepared(((job, item) for item in ordered), workers), ordered, strict=True)
-        ):
-            if error is not None:
-                if not skip_bad:
-                    raise PackError(
-                        f"cannot read source file {item.path}: {error} (pass --skip-bad to skip unreadable files)"
-                    )
-                skipped.append(Skipped(item.path, error))
-                skipped_file(skipped[-1])
-                if _too_many_bad(len(skipped), len(ordered), max_bad_fraction):
-                    raise _bad_files_error(skipped, len(ordered), max_bad_fraction, final=number + 1 == len(ordered))
-            else:
-                writer.add(f"{written:09d}", files)
-                written += 1
-                largest = max(largest, len(files[0][1]))
-            if bar is not None:
-                bar.update(1)
-            if on_progress is not None:
-                on_progress(number + 1)
-        if not written:
+        written = _write_items(
+            writer,
+            ordered,
+            job,
+            workers=workers,
+            skip_bad=skip_bad,
+            max_bad_fraction=max_bad_fraction,
+            on_skip=on_skip or _log_skipped,
+            on_progress=on_progress,
+            bar=bar,
+        )
+        if not written.count:
             raise PackError(f"source {src}: none of its {len(ordered)} files can be read")
         shards = writer.close()
-        bad_paths = {entry.path for entry in skipped}
-        kept = [i for i in items if i.path not in bad_paths]
-        if mode == "image" and encoding == "jpeg":
-            sample: dict[str, Any] = {
-                "image": {
-                    "ext": "jpg",
-                    "encoding": "jpeg",
-                    "quality": quality,
-                    "max_bytes": largest,
-                    "dtype": "uint8",
-                    "layout": "HWC",
-                    "shape": [image_size, image_size, 3],
-                },
-                "label": {"ext": "cls"},
-            }
-        elif mode == "image":
-            sample = {
-                "image": {"ext": "npy", "dtype": "uint8", "layout": "HWC", "shape": [image_size, image_size, 3]},
-                "label": {"ext": "cls"},
-            }
-        else:
-            sample = {
-                "files": sorted({os.path.basename(i.path).split(".", 1)[-1].lower() for i in kept}),
-                "label": {"ext": "cls"},
-            }
+        bad_paths = {entry.path for entry in written.skipped}
         index = DatasetIndex(
             shards=shards,
-            sample=sample,
+            sample=_sample_layout(job, [i for i in items if i.path not in bad_paths], written.largest),
             classes=classes,
             image_size=image_size if mode == "image" else None,
             seed=seed if shuffle else None,
