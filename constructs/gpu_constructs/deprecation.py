@@ -1,0 +1,66 @@
+"""One way to retire a public name: it keeps working for one release, and each use says what replaces it.
+
+A renamed class, function, module attribute or keyword argument stays available for one minor release; every use
+warns with a :class:`DeprecationWarning` that names the replacement (CHANGELOG.md lists what is deprecated). Giving a
+deprecated keyword together with its replacement is an error, not a silent choice. CDK-free: config models and the
+CLI use it too.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpu_constructs.errors import ValidationError
+
+
+def warn_deprecated(old: str, replacement: str, *, stacklevel: int = 3) -> None:
+    """Warn that ``old`` (a dotted name, or ``Class(keyword=...)``) is deprecated in favour of ``replacement``.
+
+    ``stacklevel`` 3 points at the caller of the function that calls this (the user's line)."""
+    warnings.warn(
+        f"{old} is deprecated and will be removed in the next minor release; use {replacement}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def renamed_keywords(where: str, keywords: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
+    """``keywords`` with each deprecated name of ``renames`` (old -> new) replaced by its new name, warning once
+    per deprecated name used. A value given under both names raises :class:`ValidationError` naming both."""
+    out = dict(keywords)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        if new in out and out[new] is not None:
+            raise ValidationError(where, f"{old!r} and {new!r} are the same setting; give only {new!r}")
+        warn_deprecated(f"{where}({old}=...)", f"{new}=", stacklevel=4)
+        out[new] = out.pop(old)
+    return out
+
+
+def deprecated_attributes(module: str, aliases: Mapping[str, tuple[str, Callable[[], Any]]]) -> Callable[[str], Any]:
+    """A module-level ``__getattr__`` serving deprecated attributes: ``name -> (replacement, value factory)``.
+
+    Use as ``__getattr__ = deprecated_attributes(__name__, {...})``; other unknown names raise AttributeError."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in aliases:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        replacement, value = aliases[name]
+        warn_deprecated(f"{module}.{name}", replacement)
+        return value()
+
+    return __getattr__
+
+
+def deprecated_class_alias(old: str, new: type[Any]) -> type[Any]:
+    """A subclass of ``new`` named ``old`` that warns when instantiated: a renamed value type keeps working
+    (``isinstance`` checks against ``new`` still hold) for one release."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        warn_deprecated(f"{new.__module__}.{old}", f"{new.__module__}.{new.__name__}")
+        new.__init__(self, *args, **kwargs)
+
+    return type(old, (new,), {"__init__": __init__, "__doc__": f"Deprecated: use :class:`{new.__name__}`."})

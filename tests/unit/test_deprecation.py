@@ -1,0 +1,50 @@
+"""The one mechanism for retiring a public name (gpu_constructs.deprecation)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpu_constructs.deprecation import (
+    deprecated_attributes,
+    deprecated_class_alias,
+    renamed_keywords,
+    warn_deprecated,
+)
+from gpu_constructs.errors import ValidationError
+
+
+def test_a_warning_names_the_old_and_the_new() -> None:
+    with pytest.warns(DeprecationWarning, match=r"old_thing is deprecated .*; use new_thing"):
+        warn_deprecated("old_thing", "new_thing")
+
+
+def test_renamed_keywords_map_old_to_new_and_refuse_both() -> None:
+    with pytest.warns(DeprecationWarning, match=r"GpuFleet\(volume_gib=\.\.\.\) is deprecated.*use volume_size="):
+        assert renamed_keywords("GpuFleet", {"volume_gib": 100, "x": 1}, {"volume_gib": "volume_size"}) == {
+            "volume_size": 100,
+            "x": 1,
+        }
+    assert renamed_keywords("GpuFleet", {"x": 1}, {"volume_gib": "volume_size"}) == {"x": 1}
+    with pytest.raises(ValidationError, match="'volume_gib' and 'volume_size' are the same setting"):
+        renamed_keywords("GpuFleet", {"volume_gib": 1, "volume_size": 2}, {"volume_gib": "volume_size"})
+
+
+def test_deprecated_module_attributes_warn_and_others_are_missing() -> None:
+    getattr_ = deprecated_attributes("pkg.mod", {"OLD": ("pkg.mod.NEW", lambda: 42)})
+    with pytest.warns(DeprecationWarning, match=r"pkg\.mod\.OLD is deprecated.*use pkg\.mod\.NEW"):
+        assert getattr_("OLD") == 42
+    with pytest.raises(AttributeError, match="has no attribute 'OTHER'"):
+        getattr_("OTHER")
+
+
+def test_a_deprecated_class_alias_is_the_new_class_and_warns() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Alarms:
+        threshold_percent: float = 5
+
+    Old = deprecated_class_alias("AlarmThresholds", Alarms)
+    with pytest.warns(DeprecationWarning, match=r"AlarmThresholds is deprecated.*use .*Alarms"):
+        old = Old(threshold_percent=7)
+    assert isinstance(old, Alarms) and old.threshold_percent == 7 and Old.__name__ == "AlarmThresholds"
