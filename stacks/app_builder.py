@@ -15,6 +15,7 @@ from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, 
 
 from gpu_constructs.rules import GpuPlatformChecks
 from stacks.config import DEFAULT_ENV, load_config
+from stacks.context import StackContext
 from stacks.gitops_stack import check_one_oidc_provider_per_account
 from stacks.pipeline_stack import PipelineStack, pipeline_stack_name
 from stacks.platform_stacks import PlatformStacks, build_platform_stacks
@@ -84,10 +85,12 @@ def build_app(
         pipeline = PipelineStack(
             app,
             pipeline_stack_name(config.resource_prefix),
-            description=f"GPU platform ({config.env_name}): self-mutating CDK pipeline from git",
-            config=config,
+            context=StackContext.from_config(config),
             pipeline=config.pipeline,
-            termination_protection=config.termination_protection,
+            props=cdk.StackProps(
+                description=f"GPU platform ({config.env_name}): self-mutating CDK pipeline from git",
+                termination_protection=config.termination_protection,
+            ),
         )
         if platform.gitops is not None:  # the runner's `cdk diff --all` reads the support stacks itself
             platform.gitops.allow_template_reads(pipeline.support_stacks)

@@ -1,37 +1,39 @@
-"""The base classes of the platform's stacks: each takes the environment's config once (and the workload
-stacks the network and data stacks' shared resources), so every stack reads them from ``self``."""
+"""The base classes of the platform's stacks.
+
+Each stack takes the environment-wide :class:`~stacks.context.StackContext` and, as its own keyword
+parameters, only the config section(s) it builds from; the workload stacks also take the network and data
+stacks' shared resources. Stack props (``env``, ``stack_name``, ``description``, ...) come as one typed
+:class:`~aws_cdk.StackProps`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Stack, StackProps
 from constructs import Construct
 
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
-from stacks.config import EnvConfig
+from stacks.context import StackContext, stack_arguments
 
 #: The repository's root: paths in config files (code folders, image build contexts) are relative to it.
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 
 
-def removal_policy(config: EnvConfig) -> RemovalPolicy:
-    return RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
-
-
 class PlatformStack(Stack):
     """A stack of one environment's platform.
 
-    :param config: the environment; kept as ``config``, its removal policy as ``removal``.
-    :param kwargs: the :class:`~aws_cdk.Stack` props (``env``, ``stack_name``, ``description``, ...).
+    :param context: the environment-wide settings; kept as ``context``, its removal policy as ``removal``.
+    :param props: the :class:`~aws_cdk.Stack` props (``env``, ``stack_name``, ``description``, ...).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        self.config = config
-        self.removal = removal_policy(config)
+    def __init__(
+        self, scope: Construct, construct_id: str, *, context: StackContext, props: StackProps | None = None
+    ) -> None:
+        super().__init__(scope, construct_id, **stack_arguments(props))
+        self.context = context
+        self.removal = context.removal_policy
 
 
 class WorkloadStack(PlatformStack):
@@ -42,8 +44,15 @@ class WorkloadStack(PlatformStack):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, network: GpuNetwork, storage: PlatformStorage, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        context: StackContext,
+        network: GpuNetwork,
+        storage: PlatformStorage,
+        props: StackProps | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)
+        super().__init__(scope, construct_id, context=context, props=props)
         self.network = network
         self.storage = storage

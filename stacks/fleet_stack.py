@@ -8,23 +8,22 @@ Lustre file system when there is one (the storage stack admits the fleet securit
 
 from __future__ import annotations
 
-from typing import Any
-
-from aws_cdk import CfnOutput, Duration, Size
+from aws_cdk import CfnOutput, StackProps
 from constructs import Construct
 
 from gpu_constructs.constants import FLEET_SUBNETS
 from gpu_constructs.fleet import GpuFleet, LustreFileSystemLike, allow_notifications
 from gpu_constructs.keys import new_key
+from gpu_constructs.network import GpuNetwork
 from gpu_constructs.notebook import GpuNotebook, NotebookPackage
 from gpu_constructs.retention import retention_days
+from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.topics import notification_topic
 from gpu_constructs.wheel import ensure_wheel
 from stacks.base import REPOSITORY_ROOT, WorkloadStack
-from stacks.config import ConfigError, EnvConfig, FleetGroupConfig, NotebookConfig
+from stacks.config import ConfigError, FleetGroupConfig, FleetsConfig, NotebookConfig
+from stacks.context import StackContext
 from stacks.naming import pascal_case
-
-#: The repository root: its pyproject.toml says what the notebooks' wheel holds.
 
 
 def fleets_stack_name(prefix: str) -> str:
@@ -32,16 +31,30 @@ def fleets_stack_name(prefix: str) -> str:
 
 
 class FleetStack(WorkloadStack):
-    """GPU fleets (auto scaling groups) and GPU notebook instances from ``config.fleets``."""
+    """GPU fleets (auto scaling groups) and GPU notebook instances from ``config.fleets``.
+
+    :param fleets: the ``fleets`` section.
+    :param lustre_mount_path: where instances mount the file system (``file_systems.lustre.mount_path``).
+    :param lustre: the storage stack's FSx for Lustre file system (``None``: none to mount).
+    """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, lustre: LustreFileSystemLike | None = None, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        context: StackContext,
+        fleets: FleetsConfig,
+        lustre_mount_path: str,
+        network: GpuNetwork,
+        storage: PlatformStorage,
+        lustre: LustreFileSystemLike | None = None,
+        props: StackProps | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        config = self.config
-        cfg = config.fleets
-        self._validate_zones(config)
-        self.prefix = config.resource_prefix
+        super().__init__(scope, construct_id, context=context, network=network, storage=storage, props=props)
+        self._validate_zones(fleets, context.availability_zones)
+        self._lustre_mount_path = lustre_mount_path
+        self._log_retention = retention_days(fleets.log_retention_days, "fleets.log_retention_days")
         self.monitoring_key = new_key(
             self,
             "MonitoringKey",
@@ -51,35 +64,33 @@ class FleetStack(WorkloadStack):
         self.topic = notification_topic(
             self,
             "Notifications",
-            display_name=f"GPU fleets ({config.env_name})",
+            display_name=f"GPU fleets ({context.env_name})",
             master_key=self.monitoring_key,
-            emails=cfg.notification_emails,
+            emails=fleets.notification_emails,
         )
         allow_notifications(self.topic, self.monitoring_key)
         self.fleets: dict[str, GpuFleet] = {}
         self.notebooks: dict[str, GpuNotebook] = {}
-        for group in cfg.groups:
+        for group in fleets.groups:
             self.fleets[group.name] = self._fleet(group, lustre)
-        for notebook in cfg.notebooks:
+        for notebook in fleets.notebooks:
             self.notebooks[notebook.name] = self._notebook(notebook, lustre)
         CfnOutput(self, "NotificationsTopicArn", value=self.topic.topic_arn)
 
     @staticmethod
-    def _validate_zones(config: EnvConfig) -> None:
-        for group in config.fleets.groups:
+    def _validate_zones(fleets: FleetsConfig, zones: tuple[str, ...]) -> None:
+        for group in fleets.groups:
             zone = group.availability_zone
-            if zone is not None and zone not in config.availability_zones:
+            if zone is not None and zone not in zones:
                 raise ConfigError(
                     f"fleets.groups[{group.name}].availability_zone: {zone!r} is not one of the configured AZs; "
-                    f"allowed: {', '.join(config.availability_zones)}"
+                    f"allowed: {', '.join(zones)}"
                 )
 
     # -- fleets -----------------------------------------------------------------------------------------
 
     def _fleet(self, group: FleetGroupConfig, lustre: LustreFileSystemLike | None) -> GpuFleet:
-        config, network, storage = self.config, self.network, self.storage
-        capacity, volumes, alarms = group.capacity(), group.volumes(), group.alarm_thresholds()
-        mount = lustre if group.mount_lustre else None
+        network, storage = self.network, self.storage
         fleet = GpuFleet(
             self,
             pascal_case(group.name),
@@ -87,30 +98,17 @@ class FleetStack(WorkloadStack):
             vpc_subnets=network.subnets(FLEET_SUBNETS),
             reachability=network.reachability(FLEET_SUBNETS),
             security_group=network.fleet_security_group,
-            fleet_name=f"{self.prefix}-{group.name}",
-            instance_type=group.instance_type,
-            image=group.dlami_image(),
+            fleet_name=self.context.resource_name(group.name),
             volume_key=storage.key,
-            min_capacity=capacity.min_capacity,
-            max_capacity=capacity.max_capacity,
-            desired_capacity=capacity.desired_capacity,
-            spot=group.spot.options() if group.spot is not None else None,
-            efa=group.efa,
-            placement_group=group.placement_group,
-            availability_zone=group.availability_zone,
-            root_volume_size=Size.gibibytes(volumes.root_gib),
-            data_volume_size=None if volumes.data_gib is None else Size.gibibytes(volumes.data_gib),
-            file_system=mount,
-            lustre_mount_path=config.file_systems.lustre.mount_path,
+            file_system=lustre if group.mount_lustre else None,
+            lustre_mount_path=self._lustre_mount_path,
             # The storage stack admits the fleet security group to the file system already.
             open_lustre_ports=False,
             monitoring_key=self.monitoring_key,
             notifications_topic=self.topic,
-            log_retention=retention_days(config.fleets.log_retention_days, "fleets.log_retention_days"),
+            log_retention=self._log_retention,
             removal_policy=self.removal,
-            idle_gpu_threshold_percent=alarms.idle_gpu_threshold_percent,
-            idle_gpu_period=Duration.minutes(alarms.idle_gpu_minutes),
-            max_gpu_temperature_celsius=alarms.max_gpu_temperature_celsius,
+            **group.fleet_props(),
         )
         reads = storage.grant_read_datasets(fleet, prefix=group.datasets_prefix)
         writes = storage.grant_write_artifacts(fleet, prefix=group.artifacts_prefix)
@@ -132,16 +130,14 @@ class FleetStack(WorkloadStack):
         construct = GpuNotebook(
             self,
             f"{pascal_case(notebook.name)}Notebook",
-            notebook_name=f"{self.prefix}-{notebook.name}",
-            instance_type=notebook.instance_type,
-            gpu=notebook.gpu,
+            notebook_name=self.context.resource_name(notebook.name),
             subnet=subnets[0],
             security_groups=[network.fleet_security_group],
             volume_key=storage.key,
-            volume_size_gib=notebook.volume_gib,
             package=package,
             file_system=lustre if notebook.mount_lustre else None,
             open_lustre_ports=False,
+            **notebook.notebook_props(),
         )
         grants = [
             storage.grant_read_datasets(construct, prefix=notebook.datasets_prefix),

@@ -9,9 +9,8 @@ account would both create it (rule ``GpuPlatform-OidcProviderOncePerAccount`` ch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from aws_cdk import CfnOutput, Stack, Token
+from aws_cdk import CfnOutput, Stack, StackProps, Token
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -20,16 +19,16 @@ from gpu_constructs.oidc_facts import CREATE, EXISTING
 from gpu_constructs.rules._rule import StackView
 from gpu_constructs.rules.oidc_provider_once_per_account import possibly_same_account, same_stack
 from stacks.base import PlatformStack
-from stacks.config import ConfigError, OidcDeployConfig
+from stacks.config import ConfigError, GitOpsConfig, OidcDeployConfig
+from stacks.context import StackContext
 
 
 class GitOpsStack(PlatformStack):
     """OIDC trust for the configured repository and branch/environment; may only assume CDK bootstrap roles (and read
     the templates of the stacks that have no lookup role: :meth:`allow_template_reads`).
 
-    :param config: the environment (its ``gitops.oidc_provider`` and region).
-    :param deploy: the deploy role's settings (``None``: no deploy role).
-    :param diff: the ``cdk diff`` role's settings (``None``: no diff role).
+    :param gitops: the ``gitops`` section: the deploy role (``oidc_deploy_role``; ``None``: none), the
+        ``cdk diff`` role (``oidc_diff_role``; ``None``: none) and how they find the IAM OIDC provider.
     """
 
     def __init__(
@@ -37,24 +36,25 @@ class GitOpsStack(PlatformStack):
         scope: Construct,
         construct_id: str,
         *,
-        deploy: OidcDeployConfig | None,
-        diff: OidcDeployConfig | None = None,
-        **kwargs: Any,
+        context: StackContext,
+        gitops: GitOpsConfig,
+        props: StackProps | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        self.env_name = self.config.env_name
+        super().__init__(scope, construct_id, context=context, props=props)
+        self.env_name = context.env_name
+        self._provider_setting = gitops.oidc_provider
         #: issuer URL -> the provider the roles of this stack trust (created here, or the account's).
         self.providers: dict[str, iam.IOidcProvider] = {}
         #: issuer URLs whose IAM OIDC provider this stack creates.
         self.created_provider_urls: list[str] = []
+        deploy, diff = gitops.oidc_deploy_role, gitops.oidc_diff_role
         self.deploy_role = self._role("DeployRole", "deploy", deploy) if deploy else None
         self.diff_role = self._role("DiffRole", "diff", diff) if diff else None
 
     def _role(self, construct_id: str, mode: Mode, oidc: OidcDeployConfig) -> GitOpsDeployRole:
-        config = self.config
         url = oidc.url
         provider = self.providers.get(url)  # one provider per issuer URL per account, shared by both roles
-        setting = config.gitops.oidc_provider
+        setting = self._provider_setting
         if provider is None and setting == EXISTING:
             provider = existing_oidc_provider(self, f"{construct_id}Provider", issuer_url=url)
         elif provider is None and setting != CREATE:
@@ -69,7 +69,7 @@ class GitOpsStack(PlatformStack):
             audience=oidc.audience,
             provider=provider,
             cdk_qualifier=oidc.cdk_qualifier,
-            target_regions=[config.region],
+            target_regions=[self.context.region],
         )
         if role.provider_created:
             self.created_provider_urls.append(url)

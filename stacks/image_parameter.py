@@ -8,21 +8,27 @@ publishes (``/<prefix>/images/<usage>``), a new image reaches its consumers on t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.config import EnvConfig
-
 Usage = Literal["training", "inference"]
 
 
-def image_uri_parameter_name(config: EnvConfig, usage: Usage = "inference") -> str:
+class Prefixed(Protocol):
+    """Whatever names the environment's resources: a :class:`~stacks.context.StackContext` or an
+    :class:`~stacks.config.EnvConfig` (tools that read the config without building stacks)."""
+
+    @property
+    def resource_prefix(self) -> str: ...
+
+
+def image_uri_parameter_name(environment: Prefixed, usage: Usage = "inference") -> str:
     """The SSM parameter in which the images stack publishes the image URI of ``usage``."""
-    return f"/{config.resource_prefix}/images/{usage}"
+    return f"/{environment.resource_prefix}/images/{usage}"
 
 
 class ImageFromParameter:
@@ -49,7 +55,7 @@ class ImageFromParameter:
         return self._image.grant_pull(grantee)
 
 
-def image_from_parameter(stack: Stack, image: Any, config: EnvConfig, usage: Usage) -> Any:
+def image_from_parameter(stack: Stack, image: Any, environment: Prefixed, usage: Usage) -> Any:
     """``image`` itself, or — for an image built at deploy time — the same image read from its parameter.
 
     The consuming ``stack`` then depends on the images stack (``Stack.add_stack_dependency``; ``add_dependency`` is its
@@ -57,7 +63,7 @@ def image_from_parameter(stack: Stack, image: Any, config: EnvConfig, usage: Usa
     """
     if getattr(image, "kind", None) != "codebuild":
         return image
-    wrapped = ImageFromParameter(stack, image, image_uri_parameter_name(config, usage))
+    wrapped = ImageFromParameter(stack, image, image_uri_parameter_name(environment, usage))
     producer = getattr(image, "construct", None)
     if producer is not None and Stack.of(producer) is not stack:
         stack.add_stack_dependency(Stack.of(producer))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration
+from aws_cdk import CfnOutput, StackProps
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_ssm as ssm
@@ -13,7 +13,9 @@ from constructs import Construct
 from gpu_constructs.images import GpuImage, ImageUsage
 from gpu_constructs.keys import new_key
 from stacks.base import REPOSITORY_ROOT, PlatformStack
-from stacks.config import ImageSpec
+from stacks.config import ImagesConfig, ImageSpec
+from stacks.context import StackContext
+from stacks.image_parameter import image_uri_parameter_name
 
 
 class ImagesStack(PlatformStack):
@@ -22,37 +24,45 @@ class ImagesStack(PlatformStack):
 
     Each image URI is published as the SSM parameter ``/<prefix>/images/<use>`` and a stack output, so the
     CLI and pipelines find it without reading templates.
+
+    :param images: the ``images`` section.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        config = self.config
-        images = config.images
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        context: StackContext,
+        images: ImagesConfig,
+        props: StackProps | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id, context=context, props=props)
         self.key: kms.IKey | None = None
         if any(getattr(images, u).kind == "codebuild" for u in ("training", "inference")):
             self.key = new_key(
                 self,
                 "ImagesKey",
-                description=f"Encrypts the GPU platform's container images and image builds ({config.env_name})",
+                description=f"Encrypts the GPU platform's container images and image builds ({context.env_name})",
                 removal_policy=self.removal,
             )
-        self.training_image = self._image("Training", "training", images.training)
-        self.inference_image = self._image("Inference", "inference", images.inference)
-        for cid, usage, image in (
+        self.training_image = self._image("Training", "training", images.training, images)
+        self.inference_image = self._image("Inference", "inference", images.inference, images)
+        published: tuple[tuple[str, ImageUsage, GpuImage], ...] = (
             ("Training", "training", self.training_image),
             ("Inference", "inference", self.inference_image),
-        ):
+        )
+        for cid, usage, image in published:
             ssm.StringParameter(
                 self,
                 f"{cid}ImageUri",
-                parameter_name=f"/{config.resource_prefix}/images/{usage}",
+                parameter_name=image_uri_parameter_name(context, usage),
                 string_value=image.image_uri,
                 description=f"{usage} image ({image.kind}, CUDA {image.cuda_version or 'unknown'})",
             )
             CfnOutput(self, f"{cid}ImageUriOutput", value=image.image_uri)
 
-    def _image(self, construct_id: str, usage: ImageUsage, spec: ImageSpec) -> GpuImage:
-        images = self.config.images
+    def _image(self, construct_id: str, usage: ImageUsage, spec: ImageSpec, images: ImagesConfig) -> GpuImage:
         if spec.kind == "dlc":
             return GpuImage.from_dlc(
                 self,
@@ -76,10 +86,8 @@ class ImagesStack(PlatformStack):
                 construct_id,
                 **source,
                 encryption_key=self.key,
-                zstd_compression=images.zstd_compression,
-                max_image_count=images.max_image_count,
-                untagged_image_expiry=Duration.days(images.untagged_image_expiry_days),
                 removal_policy=self.removal,
+                **images.codebuild_props(),
             )
         if spec.kind == "asset":
             return GpuImage.from_asset(self, construct_id, **source)

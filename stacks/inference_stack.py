@@ -15,9 +15,8 @@ or linear traffic shifting in prod), which rolls back on its own when a rollback
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from aws_cdk import CfnOutput, Duration
+from aws_cdk import CfnOutput, StackProps
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -30,17 +29,16 @@ from gpu_constructs.endpoint import (
     GpuEndpoint,
     InferenceImage,
     LogMetricFilterSpec,
-    ModelData,
     monitoring_key,
 )
 from gpu_constructs.network import GpuNetwork
-from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.topics import Publisher, notification_topic
 from gpu_serve.metrics import LOG_METRIC_FILTERS
-from stacks.base import WorkloadStack, removal_policy
-from stacks.config import EndpointAsyncConfig, EndpointConfig
+from stacks.base import WorkloadStack
+from stacks.config import EndpointAsyncConfig, EndpointConfig, InferenceConfig
 from stacks.config.images import inference_runtime
+from stacks.context import StackContext
 from stacks.image_parameter import image_from_parameter
 from stacks.naming import pascal_case
 
@@ -66,16 +64,30 @@ def runtime_log_metric_filters(names: tuple[str, ...] = RUNTIME_LOG_METRICS) -> 
 
 
 class InferenceStack(WorkloadStack):
-    """SageMaker real-time and asynchronous GPU endpoints with guardrails, per ``inference`` in config."""
+    """SageMaker real-time and asynchronous GPU endpoints with guardrails, per ``inference`` in config.
 
-    def __init__(self, scope: Construct, construct_id: str, *, image: InferenceImage, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        config = self.config
-        inference = config.inference
+    :param inference: the ``inference`` section; kept as ``inference``.
+    :param image: the inference image (the images stack's); its kind says which server runs in it.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        context: StackContext,
+        inference: InferenceConfig,
+        image: InferenceImage,
+        network: GpuNetwork,
+        storage: PlatformStorage,
+        props: StackProps | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id, context=context, network=network, storage=storage, props=props)
+        self.inference = inference
         # The platform image runs gpu_serve; a prebuilt DLC runs TorchServe (its own batching variables, and
         # none of gpu_serve's JSON log lines to turn into metrics).
         self.runtime = inference_runtime(getattr(image, "kind", None))
-        image = image_from_parameter(self, image, config, "inference")
+        image = image_from_parameter(self, image, context, "inference")
         self.image = image
 
         self.monitoring_key = monitoring_key(self, "MonitoringKey", removal_policy=self.removal)
@@ -83,7 +95,7 @@ class InferenceStack(WorkloadStack):
         self.alarm_topic = notification_topic(
             self,
             "AlarmTopic",
-            display_name=f"GPU platform ({config.env_name}) endpoint alarms",
+            display_name=f"GPU platform ({context.env_name}) endpoint alarms",
             master_key=self.monitoring_key,
             emails=inference.alarm_emails,
             publishers=[Publisher.cloudwatch_alarms(self)],
@@ -92,18 +104,12 @@ class InferenceStack(WorkloadStack):
 
         self.endpoints: dict[str, GpuEndpoint] = {}
         for key, settings in sorted(inference.endpoints.items()):
-            self.endpoints[key] = self._endpoint(key, settings, self.network, self.storage, image)
+            self.endpoints[key] = self._endpoint(key, settings, image)
 
-    def _endpoint(
-        self,
-        key: str,
-        settings: EndpointConfig,
-        network: GpuNetwork,
-        storage: PlatformStorage,
-        image: InferenceImage,
-    ) -> GpuEndpoint:
-        config = self.config
-        name = f"{config.resource_prefix}-{key}"
+    def _endpoint(self, key: str, settings: EndpointConfig, image: InferenceImage) -> GpuEndpoint:
+        """One endpoint: ``settings`` plus the shared resources (network, data key, bucket, alarm topic)."""
+        context, network, storage = self.context, self.network, self.storage
+        name = context.resource_name(key)
         cid = pascal_case(key)
         artifacts = storage.artifacts_bucket
         capture = async_config = None
@@ -111,42 +117,29 @@ class InferenceStack(WorkloadStack):
             capture = replace(settings.data_capture.capture(), bucket=artifacts, prefix=DATA_CAPTURE_PREFIX)
         if settings.async_inference is not None:
             async_config = self._async_inference(cid, name, settings.async_inference, artifacts)
-        batching = None
-        if settings.batching is not None:
-            runtime_env = TORCHSERVE_BATCHING_ENV if self.runtime == "torchserve" else GPU_SERVE_BATCHING_ENV
-            batching = settings.batching.batching(runtime_env)
+        gpu_serve = self.runtime == "gpu_serve"
 
         endpoint = GpuEndpoint(
             self,
             cid,
             image=image,
-            model_data=self._model_data(settings, storage),
-            instance_type=settings.instance_type,
-            cpu_variant=settings.cpu_variant,
-            initial_instance_count=settings.instance_count,
-            production=config.is_production,
+            production=context.production,
             endpoint_name=name,
-            environment=settings.environment,
-            batching=batching,
-            network_isolation=settings.network_isolation,
             vpc=network.vpc,
             vpc_subnets=network.subnets(ENDPOINT_SUBNETS),
             security_groups=[network.endpoint_security_group],
             encryption_key=storage.key,
-            volume_size_gib=settings.volume_size_gb,
-            model_download_timeout=Duration.seconds(settings.model_download_timeout_seconds),
-            container_startup_health_check_timeout=Duration.seconds(settings.startup_health_check_timeout_seconds),
             data_capture=capture,
             async_inference=async_config,
-            deployment=settings.deployment.blue_green(),
-            alarms=settings.alarms.thresholds(),
-            autoscaling=settings.autoscaling.target_tracking() if settings.autoscaling else None,
-            off_hours=settings.off_hours.schedule() if settings.off_hours else None,
             alarm_topic=self.alarm_topic,
             monitoring_key=self.monitoring_key,
-            log_retention=retention_days(config.data.log_retention_days, "data.log_retention_days"),
-            log_metric_filters=runtime_log_metric_filters() if self.runtime == "gpu_serve" else (),
-            removal_policy=removal_policy(config),
+            log_retention=context.log_retention,
+            log_metric_filters=runtime_log_metric_filters() if gpu_serve else (),
+            removal_policy=self.removal,
+            **settings.endpoint_props(
+                artifacts_bucket=artifacts,
+                batching_env=GPU_SERVE_BATCHING_ENV if gpu_serve else TORCHSERVE_BATCHING_ENV,
+            ),
         )
         CfnOutput(self, f"{cid}EndpointName", value=endpoint.endpoint_name)
         CfnOutput(self, f"{cid}ModelName", value=endpoint.model_name)
@@ -174,14 +167,3 @@ class InferenceStack(WorkloadStack):
         return replace(
             settings.async_inference(), bucket=bucket, prefix=ASYNC_PREFIX, success_topic=success, error_topic=error
         )
-
-    @staticmethod
-    def _model_data(settings: EndpointConfig, storage: PlatformStorage) -> ModelData:
-        value = settings.model_data
-        if value.startswith("ssm:"):
-            return ModelData.from_ssm_parameter(
-                value[4:], bucket=storage.artifacts_bucket, prefix=settings.model_data_prefix
-            )
-        if value.startswith("s3://"):
-            return ModelData.from_uri(value)
-        return ModelData.from_bucket(storage.artifacts_bucket, value)

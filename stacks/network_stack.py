@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from aws_cdk import StackProps
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpu_constructs.constants import SAGEMAKER_ENDPOINTS, fleet_endpoints
 from gpu_constructs.network import GpuNetwork
-from gpu_constructs.retention import retention_days
 from stacks.base import PlatformStack
-from stacks.config import EnvConfig
+from stacks.config import EnvConfig, NetworkConfig
+from stacks.context import StackContext
 
 
 def interface_endpoints(config: EnvConfig) -> tuple[str, ...]:
@@ -26,27 +24,32 @@ def interface_endpoints(config: EnvConfig) -> tuple[str, ...]:
     return tuple(names)
 
 
-def retention(days: int) -> logs.RetentionDays:
-    return retention_days(days, "flow_logs_retention_days")
-
-
 class NetworkStack(PlatformStack):
-    """VPC over the configured AZs; private subnets for training, endpoints and fleets; no internet by default."""
+    """VPC over the configured AZs; private subnets for training, endpoints and fleets; no internet by default.
 
-    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        config = self.config
-        net = config.network
+    :param network: the ``network`` section.
+    :param interface_endpoints: the interface VPC endpoints to create (:func:`interface_endpoints` of the
+        environment: they follow the features other sections enable).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        context: StackContext,
+        network: NetworkConfig,
+        interface_endpoints: tuple[str, ...],
+        props: StackProps | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id, context=context, props=props)
         self.network = GpuNetwork(
             self,
             "Network",
-            availability_zones=config.availability_zones,
-            cidr=net.vpc_cidr,
-            subnet_cidr_mask=net.subnet_cidr_mask,
-            nat_gateways=net.nat_gateways,
-            interface_endpoints=interface_endpoints(config),
-            flow_logs_retention=retention(net.flow_logs_retention_days),
+            availability_zones=context.availability_zones,
+            interface_endpoints=interface_endpoints,
             removal_policy=self.removal,
+            **network.network_props(),
         )
 
     @property

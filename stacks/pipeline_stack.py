@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsii
-from aws_cdk import Duration, Environment, RemovalPolicy, Stack, pipelines
+from aws_cdk import Duration, Environment, RemovalPolicy, Stack, StackProps, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
@@ -41,6 +41,7 @@ from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import SecureBucket
 from stacks.base import REPOSITORY_ROOT
 from stacks.config import EnvConfig, PipelineConfig, load_config
+from stacks.context import StackContext, stack_arguments
 from stacks.stage import PlatformStage, stage_id
 
 #: CodeBuild image of every step: Ubuntu 22.04 with Python 3.11 and Node.js 20.
@@ -76,10 +77,11 @@ def diff_command(pipeline_stack: str, stage: str) -> str:
 class PipelineStack(Stack):
     """Self-mutating CodePipeline: source from git, test + synth, then one deployment stage per environment.
 
-    :param config: the environment the pipeline belongs to (its region; account: ``pipeline.account`` or
-        ``config.account``).
-    :param pipeline: the pipeline section of that config.
+    :param context: the environment the pipeline belongs to (its region, account, name and removal policy).
+    :param pipeline: the pipeline section of that environment's config.
     :param stage_configs: config of each stage by name (default: ``load_config(name)`` for each name).
+    :param props: the :class:`~aws_cdk.Stack` props but ``env``: the pipeline deploys into ``pipeline.account``
+        (default: the environment's account) in the environment's region.
     """
 
     def __init__(
@@ -87,20 +89,23 @@ class PipelineStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: EnvConfig,
+        context: StackContext,
         pipeline: PipelineConfig,
         stage_configs: Mapping[str, EnvConfig] | None = None,
-        **kwargs: Any,
+        props: StackProps | None = None,
     ) -> None:
-        account = pipeline.account or config.account
+        account = pipeline.account or context.account
         if account is None:
             raise fail(construct_id, "pipeline.account", None, "a 12-digit account id (or set the env's account)")
-        super().__init__(scope, construct_id, env=Environment(account=account, region=config.region), **kwargs)
-        self._validate_connection(pipeline, account, config.region)
+        if props is not None and props.env is not None:
+            raise fail(construct_id, "props.env", props.env, "none (the pipeline's account and region decide)")
+        env = Environment(account=account, region=context.region)
+        super().__init__(scope, construct_id, **stack_arguments(props), env=env)
+        self._validate_connection(pipeline, account, context.region)
         configs = {name: (stage_configs or {}).get(name) or load_config(name) for name in pipeline.stages}
         self._validate_production_approval(pipeline, configs)
         self.pipeline_config = pipeline
-        removal = RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
+        removal = context.removal_policy
 
         self.key = new_key(
             self,
@@ -148,7 +153,7 @@ class PipelineStack(Stack):
         self.synth_step = pipelines.CodeBuildStep(
             "Synth",
             input=self.source,
-            commands=synth_commands(config.env_name, pipeline.stages),
+            commands=synth_commands(context.env_name, pipeline.stages),
             primary_output_directory="cdk.out",
             env={"CI": "true"},
         )

@@ -7,22 +7,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import aws_cdk as cdk
 from constructs import Construct
 
 from stacks.config import EnvConfig
+from stacks.context import StackContext
 from stacks.data_stack import DataStack
 from stacks.fleet_stack import FleetStack, fleets_stack_name
 from stacks.gitops_stack import GitOpsStack
 from stacks.images_stack import ImagesStack
 from stacks.inference_stack import InferenceStack, inference_stack_name
-from stacks.network_stack import NetworkStack
+from stacks.network_stack import NetworkStack, interface_endpoints
 from stacks.storage_stack import StorageStack
 from stacks.training_stack import TrainingStack, training_stack_name
-
-_S = TypeVar("_S", bound=cdk.Stack)
 
 #: What each stack of the platform holds: its description, after the environment's name.
 _HOLDS: dict[type[cdk.Stack], str] = {
@@ -62,47 +60,90 @@ def build_platform_stacks(scope: Construct, config: EnvConfig) -> PlatformStacks
 
     Stack ids, stack names (``<resource_prefix>-<name>``) and the logical ids of stateful resources are the same
     in every scope, so a pipeline stage deploys the stacks ``cdk deploy`` manages; the config's tags go on
-    everything under ``scope``.
+    everything under ``scope``. Each stack gets the :class:`~stacks.context.StackContext` built here once, its
+    own config section(s) and the shared resources of the stacks it builds on.
     """
+    context = StackContext.from_config(config)
     env = cdk.Environment(account=config.account, region=config.region)
     prefix = config.resource_prefix
-    common: dict[str, Any] = {"config": config, "env": env, "termination_protection": config.termination_protection}
 
-    def stack(cls: type[_S], name: str, **props: Any) -> _S:
-        """One stack of the platform: its construct id is its stack name; its description names the environment."""
-        description = f"GPU platform ({config.env_name}): {_HOLDS[cls]}"
-        return cls(scope, name, stack_name=name, description=description, **props, **common)
+    def props(cls: type[cdk.Stack], name: str) -> cdk.StackProps:
+        """The props of one stack: its stack name is its construct id; its description names the environment."""
+        return cdk.StackProps(
+            env=env,
+            stack_name=name,
+            description=f"GPU platform ({config.env_name}): {_HOLDS[cls]}",
+            termination_protection=config.termination_protection,
+        )
 
-    def optional(enabled: bool, cls: type[_S], name: str, **props: Any) -> _S | None:
-        """A stack the config may leave out: :func:`stack` where ``enabled``, else ``None``."""
-        return stack(cls, name, **props) if enabled else None
-
-    network = stack(NetworkStack, f"{prefix}-network")
-    data = stack(DataStack, f"{prefix}-data")
+    name = f"{prefix}-network"
+    network = NetworkStack(
+        scope,
+        name,
+        props=props(NetworkStack, name),
+        context=context,
+        network=config.network,
+        interface_endpoints=interface_endpoints(config),
+    )
+    name = f"{prefix}-data"
+    data = DataStack(scope, name, props=props(DataStack, name), context=context, data=config.data)
     # What the stacks that run workloads take from the network and data stacks.
-    shared: dict[str, Any] = {"network": network.network, "storage": data.storage}
-    storage = stack(StorageStack, f"{prefix}-storage", **shared)
-    images = stack(ImagesStack, f"{prefix}-images")
+    vpc, buckets = network.network, data.storage
+    name = f"{prefix}-storage"
+    storage = StorageStack(
+        scope,
+        name,
+        props=props(StorageStack, name),
+        context=context,
+        file_systems=config.file_systems,
+        network=vpc,
+        storage=buckets,
+    )
+    name = f"{prefix}-images"
+    images = ImagesStack(scope, name, props=props(ImagesStack, name), context=context, images=config.images)
     lustre = storage.lustre
-    training = optional(
-        config.training.enabled,
-        TrainingStack,
-        training_stack_name(prefix),
-        image=images.training_image,
-        lustre=lustre,
-        **shared,
-    )
-    inference = optional(
-        config.inference.enabled, InferenceStack, inference_stack_name(prefix), image=images.inference_image, **shared
-    )
-    fleets = optional(config.fleets.enabled, FleetStack, fleets_stack_name(prefix), lustre=lustre, **shared)
-    gitops = optional(
-        config.gitops.oidc_deploy_role is not None or config.gitops.oidc_diff_role is not None,
-        GitOpsStack,
-        f"{prefix}-gitops",
-        deploy=config.gitops.oidc_deploy_role,
-        diff=config.gitops.oidc_diff_role,
-    )
-    for key, value in sorted(config.tags.items()):
+    training = inference = fleets = gitops = None
+    if config.training.enabled:
+        name = training_stack_name(prefix)
+        training = TrainingStack(
+            scope,
+            name,
+            props=props(TrainingStack, name),
+            context=context,
+            training=config.training,
+            image=images.training_image,
+            lustre=lustre,
+            network=vpc,
+            storage=buckets,
+        )
+    if config.inference.enabled:
+        name = inference_stack_name(prefix)
+        inference = InferenceStack(
+            scope,
+            name,
+            props=props(InferenceStack, name),
+            context=context,
+            inference=config.inference,
+            image=images.inference_image,
+            network=vpc,
+            storage=buckets,
+        )
+    if config.fleets.enabled:
+        name = fleets_stack_name(prefix)
+        fleets = FleetStack(
+            scope,
+            name,
+            props=props(FleetStack, name),
+            context=context,
+            fleets=config.fleets,
+            lustre_mount_path=config.file_systems.lustre.mount_path,
+            lustre=lustre,
+            network=vpc,
+            storage=buckets,
+        )
+    if config.gitops.oidc_deploy_role is not None or config.gitops.oidc_diff_role is not None:
+        name = f"{prefix}-gitops"
+        gitops = GitOpsStack(scope, name, props=props(GitOpsStack, name), context=context, gitops=config.gitops)
+    for key, value in context.tags.items():
         cdk.Tags.of(scope).add(key, value)
     return PlatformStacks(config, network, data, storage, images, training, inference, fleets, gitops)

@@ -11,16 +11,14 @@ execution role, the job-name prefix and the SSM parameter that holds the whole j
 
 from __future__ import annotations
 
-from typing import Any
-
-from aws_cdk import CfnOutput, Size
+from aws_cdk import CfnOutput, StackProps
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from gpu_constructs.constants import TRAINING_SUBNETS
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.fsx import GpuLustreFileSystem
-from gpu_constructs.retention import retention_days
+from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.training import TrainingImageLike, TrainingPipeline
 from gpu_constructs.training_spec import DATA_VERSION_PLACEHOLDER, Channel, FsxChannel, S3Channel
@@ -28,7 +26,7 @@ from gpu_train import hyperparameters as runtime_hyperparameters
 from gpu_train.metrics import METRIC_DEFINITIONS
 from stacks.base import REPOSITORY_ROOT, WorkloadStack
 from stacks.config import ConfigError, TrainingConfig
-from stacks.config.training import TrainingCodeConfig
+from stacks.context import StackContext
 from stacks.image_parameter import image_from_parameter
 
 #: Outputs ``gpuctl`` reads (CloudFormation DescribeStacks).
@@ -46,25 +44,32 @@ def training_stack_name(resource_prefix: str) -> str:
 
 
 class TrainingStack(WorkloadStack):
-    """The GPU training pipeline configured by ``training`` in ``config/<env>.yaml``."""
+    """The GPU training pipeline configured by ``training`` in ``config/<env>.yaml``.
+
+    :param training: the ``training`` section.
+    :param image: the training image (the images stack's).
+    :param lustre: the storage stack's FSx for Lustre file system, needed when ``training.input`` is ``fsx``.
+    """
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
+        context: StackContext,
+        training: TrainingConfig,
         image: TrainingImageLike,
+        network: GpuNetwork,
+        storage: PlatformStorage,
         lustre: GpuLustreFileSystem | None = None,
-        **kwargs: Any,
+        props: StackProps | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        config, network, storage = self.config, self.network, self.storage
-        training = config.training
-        image = image_from_parameter(self, image, config, "training")
+        super().__init__(scope, construct_id, context=context, network=network, storage=storage, props=props)
+        image = image_from_parameter(self, image, context, "training")
         code = training.code
         if code is None:
             check_hyperparameters(training)  # the built-in trainer's own parser
-        prefix = f"{config.resource_prefix}-{training.name}"
+        prefix = context.resource_name(training.name)
         channels, subnets = training_channels(training, storage, lustre)
         self.pipeline = TrainingPipeline(
             self,
@@ -72,38 +77,18 @@ class TrainingStack(WorkloadStack):
             image=image,
             storage=storage,
             job_name_prefix=prefix,
-            instance_type=training.instance_type,
-            instance_count=training.instance_count,
             channels=channels,
-            dataset_prefix=training.dataset_prefix,
-            readable_inputs=training.readable(),
-            volume_size=Size.gibibytes(training.volume_size_gb),
-            hyperparameters=training.hyperparameters,
-            metric_definitions=(
-                METRIC_DEFINITIONS
-                if code is None
-                else [{"Name": name, "Regex": regex} for name, regex in sorted(code.metrics.items())]
-            ),
-            max_runtime=training.max_runtime(),
-            spot=training.spot,
-            max_wait=training.max_wait(),
-            max_retry_attempts=training.max_retry_attempts,
+            metric_definitions=METRIC_DEFINITIONS if code is None else code.metric_definitions(),
             vpc=network.vpc,
             vpc_subnets=subnets,
             security_groups=[network.training_security_group],
-            inter_container_encryption=training.inter_container_encryption,
-            network_isolation=training.network_isolation,
-            data_version=training.data_version,
-            allowed_instance_types=training.allowed_instance_types,
-            prepare=training.prepare.options(splits=training.channels),
-            production=config.is_production,
-            log_retention=retention_days(config.data.log_retention_days, "data.log_retention_days"),
+            production=context.production,
+            log_retention=context.log_retention,
             removal_policy=self.removal,
-            notification_emails=training.notification_emails,
-            alarm_thresholds=training.alarms.thresholds(),
-            tags={"gpu-platform:setup": prefix, **dict(sorted(config.tags.items()))},
-            **code_options(code),
+            tags={"gpu-platform:setup": prefix, **context.tags},
             package_index=network.reachability(TRAINING_SUBNETS).internet and not training.network_isolation,
+            **training.pipeline_props(),
+            **(code.code_props(REPOSITORY_ROOT) if code is not None else {}),
         )
         pipeline = self.pipeline
         CfnOutput(self, OUTPUT_STATE_MACHINE, value=pipeline.state_machine.state_machine_arn)
@@ -118,19 +103,6 @@ class TrainingStack(WorkloadStack):
         CfnOutput(self, OUTPUT_DASHBOARD, value=pipeline.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_TOPIC, value=pipeline.topic.topic_arn)
         CfnOutput(self, OUTPUT_LOG_GROUP, value=pipeline.log_group.log_group_name)
-
-
-def code_options(code: TrainingCodeConfig | None) -> dict[str, Any]:
-    """The pipeline's code arguments: the configured folder (relative to the repository root), or none (the
-    built-in trainer)."""
-    if code is None:
-        return {}
-    return {
-        "source_dir": REPOSITORY_ROOT / code.source_dir,
-        "entry_point": code.entry_point,
-        "distribution": code.distribution,
-        "framework": code.framework,
-    }
 
 
 def check_hyperparameters(training: TrainingConfig) -> None:

@@ -8,7 +8,7 @@ keep only what is about the file (keys, types, names, prefixes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -135,6 +135,32 @@ class FleetGroupConfig(StrictModel):
     def alarm_thresholds(self) -> FleetAlarmThresholds:
         return FleetAlarmThresholds(self.idle_gpu_pct, self.idle_minutes, self.max_gpu_temperature_c)
 
+    def fleet_props(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.fleet.GpuFleet` this group's settings give.
+
+        The stack adds the fleet's name, the network, the data key, the file system when ``mount_lustre``, the
+        monitoring key and topic, and the environment-wide settings; it grants the data prefixes.
+        """
+        from aws_cdk import Duration, Size
+
+        capacity, volumes, alarms = self.capacity(), self.volumes(), self.alarm_thresholds()
+        return {
+            "instance_type": self.instance_type,
+            "image": self.dlami_image(),
+            "min_capacity": capacity.min_capacity,
+            "max_capacity": capacity.max_capacity,
+            "desired_capacity": capacity.desired_capacity,
+            "spot": self.spot.options() if self.spot is not None else None,
+            "efa": self.efa,
+            "placement_group": self.placement_group,
+            "availability_zone": self.availability_zone,
+            "root_volume_size": Size.gibibytes(volumes.root_gib),
+            "data_volume_size": None if volumes.data_gib is None else Size.gibibytes(volumes.data_gib),
+            "idle_gpu_threshold_percent": alarms.idle_gpu_threshold_percent,
+            "idle_gpu_period": Duration.minutes(alarms.idle_gpu_minutes),
+            "max_gpu_temperature_celsius": alarms.max_gpu_temperature_celsius,
+        }
+
     @model_validator(mode="after")
     def _rules(self) -> FleetGroupConfig:
         """The library's rules of a fleet, naming this group's keys."""
@@ -191,6 +217,11 @@ class NotebookConfig(StrictModel):
         if not self.artifacts_prefix:
             raise ValueError("artifacts_prefix: ''; allowed: a non-empty prefix such as 'notebooks/'")
         return self
+
+    def notebook_props(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.notebook.GpuNotebook` this notebook's settings give
+        (the stack adds the name, subnet, security group, data key, package and file system)."""
+        return {"instance_type": self.instance_type, "gpu": self.gpu, "volume_size_gib": self.volume_gib}
 
 
 class FleetsConfig(StrictModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -92,6 +92,17 @@ class ImagesConfig(StrictModel):
                 except ValueError as exc:
                     raise ValueError(str(exc)) from None
         return self
+
+    def codebuild_props(self) -> dict[str, Any]:
+        """The keyword arguments of :meth:`~gpu_constructs.images.GpuImage.from_codebuild` this section sets for
+        both images (the stack adds each image's source, the encryption key and the removal policy)."""
+        from aws_cdk import Duration
+
+        return {
+            "zstd_compression": self.zstd_compression,
+            "max_image_count": self.max_image_count,
+            "untagged_image_expiry": Duration.days(self.untagged_image_expiry_days),
+        }
 
 
 InferenceRuntime = Literal["torchserve", "gpu_serve"]

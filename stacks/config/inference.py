@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -27,6 +27,9 @@ from gpu_constructs.endpoint.base import (
 from stacks.config._base import Allowed, StrictModel
 
 if TYPE_CHECKING:
+    from aws_cdk import aws_s3 as s3
+
+    from gpu_constructs.endpoint import ModelData
     from gpu_constructs.endpoint.alarms import EndpointAlarms
     from gpu_constructs.endpoint.batching import Batching, BatchingEnv
     from gpu_constructs.endpoint.capacity import OffHoursSchedule
@@ -422,6 +425,49 @@ class EndpointConfig(StrictModel):
             with library_rules(keys={"off_hours.off_hours_capacity": "off_hours.capacity"}):
                 self.off_hours.schedule().validate("", is_async=is_async, max_capacity=high)
         return self
+
+    def model(self, artifacts_bucket: s3.IBucket) -> ModelData:
+        """The library's :class:`~gpu_constructs.endpoint.ModelData` of ``model_data``: an SSM parameter (whose
+        URIs lie under ``model_data_prefix`` of ``artifacts_bucket``), an ``s3://`` URI, or a key of
+        ``artifacts_bucket``."""
+        from gpu_constructs.endpoint import ModelData
+
+        value = self.model_data
+        if value.startswith("ssm:"):
+            return ModelData.from_ssm_parameter(value[4:], bucket=artifacts_bucket, prefix=self.model_data_prefix)
+        if value.startswith("s3://"):
+            return ModelData.from_uri(value)
+        return ModelData.from_bucket(artifacts_bucket, value)
+
+    def endpoint_props(self, *, artifacts_bucket: s3.IBucket, batching_env: BatchingEnv) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.endpoint.GpuEndpoint` this endpoint's settings give.
+
+        :param artifacts_bucket: the data stack's bucket that holds the model (see :meth:`model`).
+        :param batching_env: the variables the image's server reads its batching from.
+
+        The stack adds the image, the endpoint's name, the network, the data key, the alarm topic and
+        monitoring key, data capture and asynchronous inference (they place objects and create topics), and
+        the environment-wide settings. A new endpoint setting is a field here, a line below and a parameter of
+        the construct.
+        """
+        from aws_cdk import Duration
+
+        return {
+            "model_data": self.model(artifacts_bucket),
+            "instance_type": self.instance_type,
+            "cpu_variant": self.cpu_variant,
+            "initial_instance_count": self.instance_count,
+            "environment": self.environment,
+            "batching": self.batching.batching(batching_env) if self.batching is not None else None,
+            "network_isolation": self.network_isolation,
+            "volume_size_gib": self.volume_size_gb,
+            "model_download_timeout": Duration.seconds(self.model_download_timeout_seconds),
+            "container_startup_health_check_timeout": Duration.seconds(self.startup_health_check_timeout_seconds),
+            "deployment": self.deployment.blue_green(),
+            "alarms": self.alarms.thresholds(),
+            "autoscaling": self.autoscaling.target_tracking() if self.autoscaling is not None else None,
+            "off_hours": self.off_hours.schedule() if self.off_hours is not None else None,
+        }
 
 
 class InferenceConfig(StrictModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -88,3 +88,18 @@ class NetworkConfig(StrictModel):
                 f"subnet_cidr_mask /{self.subnet_cidr_mask} must be longer than the VPC prefix /{vpc.prefixlen}"
             )
         return self
+
+    def network_props(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.network.GpuNetwork` this section sets.
+
+        The stack adds the environment's zones and removal policy, and the interface endpoints: this section's
+        list, or the ones the enabled features call, which depend on other sections.
+        """
+        from gpu_constructs.retention import retention_days
+
+        return {
+            "cidr": self.vpc_cidr,
+            "subnet_cidr_mask": self.subnet_cidr_mask,
+            "nat_gateways": self.nat_gateways,
+            "flow_logs_retention": retention_days(self.flow_logs_retention_days, "flow_logs_retention_days"),
+        }

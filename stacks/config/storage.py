@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -14,6 +14,10 @@ from gpu_constructs.fsx_facts import (
     valid_storage_capacity,
 )
 from stacks.config._base import Allowed, Check, S3KeyPrefix, StrictModel
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_s3 as s3
 
 LUSTRE_DEPLOYMENT_TYPES = DEPLOYMENT_TYPES
 
@@ -81,6 +85,37 @@ class LustreConfig(StrictModel):
             )
         return self
 
+    def file_system_props(self, *, key: kms.IKey, datasets_bucket: s3.IBucket) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.fsx.GpuLustreFileSystem` this section sets.
+
+        :param key: the data key; only a PERSISTENT_2 file system takes it (SCRATCH_2 supports no customer key).
+        :param datasets_bucket: the bucket the file system links to, under ``import_prefix``.
+
+        The stack adds the VPC, the subnet of the file system's zone and the removal policy.
+        """
+        from aws_cdk import Duration
+
+        from gpu_constructs.fsx import LustreDataRepository
+
+        backup = self.automatic_backup_retention_days
+        return {
+            "deployment_type": self.deployment_type,
+            "storage_capacity_gib": self.storage_capacity_gib,
+            "per_unit_storage_throughput": self.per_unit_storage_throughput,
+            "data_compression": self.data_compression,
+            "kms_key": key if self.deployment_type == "PERSISTENT_2" else None,
+            "lustre_version": self.lustre_version,
+            "mount_path": self.mount_path,
+            "automatic_backup_retention": Duration.days(backup) if backup is not None else None,
+            "data_repository": LustreDataRepository(
+                bucket=datasets_bucket,
+                prefix=self.import_prefix,
+                file_system_path=self.file_system_path,
+                auto_import=self.auto_import,
+                auto_export=self.auto_export,
+            ),
+        }
+
 
 class EfsConfig(StrictModel):
     """An optional EFS file system for small shared datasets."""
@@ -91,6 +126,15 @@ class EfsConfig(StrictModel):
         30, description="Move files unread this many days to Infrequent Access (1,7,14,30,60,90,180,270,365)"
     )
     automatic_backups: bool = Field(True, description="AWS Backup daily backups")
+
+    def file_system_props(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.efs.GpuEfsFileSystem` this section sets (the stack
+        adds the VPC, subnets, data key and removal policy)."""
+        return {
+            "throughput_mode": self.throughput_mode,
+            "transition_to_ia_days": self.transition_to_ia_days,
+            "automatic_backups": self.automatic_backups,
+        }
 
 
 class FileSystemsConfig(StrictModel):

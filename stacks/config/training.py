@@ -36,6 +36,8 @@ from gpu_constructs.training_spec.rules import channel_name_problem
 from stacks.config._base import Allowed, Check, EmailList, StrictModel
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from aws_cdk import Duration
 
     from gpu_constructs.training import AlarmThresholds, PrepareOptions, ReadableInput
@@ -129,6 +131,22 @@ class TrainingCodeConfig(StrictModel):
     metrics: dict[str, str] = Field(
         default_factory=dict, description="Metric name -> regex SageMaker reads from the job's log"
     )
+
+    def code_props(self, root: Path) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.training.TrainingPipeline` that run this code.
+
+        :param root: the folder ``source_dir`` is relative to (the repository's root).
+        """
+        return {
+            "source_dir": root / self.source_dir,
+            "entry_point": self.entry_point,
+            "distribution": self.distribution,
+            "framework": self.framework,
+        }
+
+    def metric_definitions(self) -> list[dict[str, str]]:
+        """``metrics`` as SageMaker's MetricDefinitions, sorted by name (so templates are stable)."""
+        return [{"Name": name, "Regex": regex} for name, regex in sorted(self.metrics.items())]
 
 
 #: S3 bucket names (S3 User Guide, "General purpose bucket naming rules": 3-63 lowercase letters, digits, dots and
@@ -404,3 +422,32 @@ class TrainingConfig(StrictModel):
         from aws_cdk import Duration
 
         return None if self.max_wait_hours is None else Duration.hours(self.max_wait_hours)
+
+    def pipeline_props(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~gpu_constructs.training.TrainingPipeline` this section sets alone.
+
+        The stack adds what combines it with other stacks and sections: the image, the data stack's storage,
+        the job-name prefix, the channels and subnets (S3 or the storage stack's file system), the network,
+        the code (:meth:`TrainingCodeConfig.code_props`) and the environment-wide settings.
+        """
+        from aws_cdk import Size
+
+        return {
+            "instance_type": self.instance_type,
+            "instance_count": self.instance_count,
+            "dataset_prefix": self.dataset_prefix,
+            "readable_inputs": self.readable(),
+            "volume_size": Size.gibibytes(self.volume_size_gb),
+            "hyperparameters": self.hyperparameters,
+            "max_runtime": self.max_runtime(),
+            "spot": self.spot,
+            "max_wait": self.max_wait(),
+            "max_retry_attempts": self.max_retry_attempts,
+            "inter_container_encryption": self.inter_container_encryption,
+            "network_isolation": self.network_isolation,
+            "data_version": self.data_version,
+            "allowed_instance_types": self.allowed_instance_types,
+            "prepare": self.prepare.options(splits=self.channels),
+            "notification_emails": self.notification_emails,
+            "alarm_thresholds": self.alarms.thresholds(),
+        }

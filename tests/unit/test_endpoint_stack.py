@@ -26,10 +26,11 @@ class StackApp:
         from aws_cdk import aws_ecr as ecr
 
         from stacks.config import EndpointBatchingConfig, load_config
+        from stacks.context import StackContext
         from stacks.data_stack import DataStack
         from stacks.images_stack import ImagesStack
         from stacks.inference_stack import InferenceStack
-        from stacks.network_stack import NetworkStack
+        from stacks.network_stack import NetworkStack, interface_endpoints
 
         config = load_config("dev")
         endpoint = config.inference.endpoints["classifier"]
@@ -48,16 +49,20 @@ class StackApp:
         )
         app = cdk.App(context=CONTEXT, analytics_reporting=False)
         common: dict[str, Any] = {
-            "config": config,
-            "env": cdk.Environment(account=config.account, region=config.region),
+            "context": StackContext.from_config(config),
+            "props": cdk.StackProps(env=cdk.Environment(account=config.account, region=config.region)),
         }
-        network = NetworkStack(app, "Network", **common)
-        data = DataStack(app, "Data", **common)
-        images = ImagesStack(app, "Images", **common)
+        network = NetworkStack(
+            app, "Network", network=config.network, interface_endpoints=interface_endpoints(config), **common
+        )
+        data = DataStack(app, "Data", data=config.data, **common)
+        images = ImagesStack(app, "Images", images=config.images, **common)
         deps: dict[str, Any] = {"network": network.network, "storage": data.storage}
-        self.before = InferenceStack(app, "Before", image=images.inference_image, **deps, **common)
+        self.before = InferenceStack(
+            app, "Before", image=images.inference_image, inference=config.inference, **deps, **common
+        )
         self.after = InferenceStack(
-            app, "After", image=images.inference_image, **deps, **{**common, "config": promoted}
+            app, "After", image=images.inference_image, inference=promoted.inference, **deps, **common
         )
         repo = ecr.Repository.from_repository_name(images, "Own", "gpu-inference")
         own = GpuImage.from_ecr_repository(repo, "v7", usage="inference", cuda_version="12.8")
@@ -71,7 +76,7 @@ class StackApp:
             }
         )
         own_config = config.model_copy(update={"inference": batched})
-        self.own_image = InferenceStack(app, "OwnImage", image=own, **deps, **{**common, "config": own_config})
+        self.own_image = InferenceStack(app, "OwnImage", image=own, inference=own_config.inference, **deps, **common)
         self.templates = {
             name: assertions.Template.from_stack(stack).to_json()
             for name, stack in (("before", self.before), ("after", self.after), ("own", self.own_image))
@@ -139,7 +144,7 @@ def test_model_uri_change_replaces_model_and_config_but_updates_endpoint(stack_a
 def test_dlc_image_gets_no_batching_and_no_log_filters(stack_app: StackApp) -> None:
     # dev serves the stock DLC with batching: null (TorchServe's own batch size 1): batching is refused there
     (model,) = stack_app.of_type("before", "AWS::SageMaker::Model").values()
-    assert stack_app.before.config.inference.endpoints["classifier"].batching is None
+    assert stack_app.before.inference.endpoints["classifier"].batching is None
     assert "Environment" not in model["Properties"]["PrimaryContainer"]
     assert stack_app.before.runtime == "torchserve"
     assert not stack_app.of_type("before", "AWS::Logs::MetricFilter")

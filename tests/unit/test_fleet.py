@@ -739,11 +739,20 @@ def test_config_section_rules(fleets: dict[str, Any], message: str) -> None:
 
 def test_fleet_stack_rejects_a_placement_zone_outside_the_config() -> None:
     from stacks.config import ConfigError
+    from stacks.context import StackContext
     from stacks.fleet_stack import FleetStack
 
     config = _config([{**G5, "placement_group": True, "availability_zone": "us-east-1c"}])
     with pytest.raises(ConfigError, match=r"fleets.groups\[w\].availability_zone: 'us-east-1c' is not one of the "):
-        FleetStack(cdk.App(), "F", config=config, network=None, storage=None)  # type: ignore[arg-type]
+        FleetStack(
+            cdk.App(),
+            "F",
+            context=StackContext.from_config(config),
+            fleets=config.fleets,
+            lustre_mount_path=config.file_systems.lustre.mount_path,
+            network=None,  # type: ignore[arg-type]
+            storage=None,  # type: ignore[arg-type]
+        )
 
 
 # --------------------------------------------------------------------------------------------------

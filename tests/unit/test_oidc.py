@@ -18,6 +18,7 @@ from constructs import Construct
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider
 from stacks.config import CONFIG_DIR, ConfigError, EnvConfig, load_config, parse_config
+from stacks.context import StackContext
 from stacks.gitops_stack import GitOpsStack, check_one_oidc_provider_per_account
 
 SUBJECT = "repo:acme/gpu-platform:environment:prod"
@@ -235,8 +236,8 @@ def _config(tmp_path: Path, env: str, **gitops: Any) -> EnvConfig:
 def _gitops(scope: Construct, config: EnvConfig) -> GitOpsStack:
     name = f"{config.resource_prefix}-gitops"
     env = cdk.Environment(account=config.account, region=config.region)
-    return GitOpsStack(scope, name, stack_name=name, config=config, deploy=config.gitops.oidc_deploy_role,
-                       diff=config.gitops.oidc_diff_role, env=env)  # fmt: skip
+    return GitOpsStack(scope, name, context=StackContext.from_config(config), gitops=config.gitops,
+                       props=cdk.StackProps(stack_name=name, env=env))  # fmt: skip
 
 
 def test_app_refuses_two_creators_that_may_share_an_account(tmp_path: Path) -> None:

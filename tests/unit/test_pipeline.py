@@ -13,6 +13,7 @@ import yaml
 
 from gpu_constructs.errors import ValidationError
 from stacks.config import CONFIG_DIR, ConfigError, EnvConfig, load_config, parse_config
+from stacks.context import StackContext
 from stacks.pipeline_stack import PipelineStack, synth_commands
 
 
@@ -215,7 +216,7 @@ def test_bad_pipeline_config_is_rejected(tmp_path: Path, change: dict[str, Any],
 
 def _pipeline_stack(config: EnvConfig) -> None:
     assert config.pipeline is not None
-    PipelineStack(cdk.App(), "gpu-prod-pipeline", config=config, pipeline=config.pipeline)
+    PipelineStack(cdk.App(), "gpu-prod-pipeline", context=StackContext.from_config(config), pipeline=config.pipeline)
 
 
 def test_production_stage_needs_an_approval(tmp_path: Path) -> None:
