@@ -72,6 +72,7 @@ from gpu_constructs.fsx_facts import (
 )
 from gpu_constructs.keys import given_or_new_key
 from gpu_constructs.network import select_subnets
+from gpu_constructs.s3_keys import as_key_prefix, check_key_prefix
 from gpu_constructs.security_groups import cluster_security_group
 
 __all__ = [
@@ -108,7 +109,6 @@ WILDCARD_PRINCIPAL_REASON = (
 )
 _MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
 _FS_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -382,14 +382,7 @@ class GpuLustreFileSystem(FileSystemChannelSource):
         path = repo.file_system_path
         if not _FS_PATH_RE.fullmatch(path or "") or ".." in path or "//" in path:
             raise fail(self, "data_repository.file_system_path", path, "an absolute path such as '/datasets'")
-        prefix = repo.prefix
-        if prefix.startswith("/") or ".." in prefix or not _PREFIX_RE.match(prefix):
-            raise fail(
-                self,
-                "data_repository.prefix",
-                prefix,
-                "a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'",
-            )
+        check_key_prefix(self, "data_repository.prefix", repo.prefix)
         bad_events = [e for e in repo.events if e not in ("NEW", "CHANGED", "DELETED")]
         if bad_events or not repo.events:
             raise fail(self, "data_repository.events", list(repo.events), "a non-empty subset of NEW, CHANGED, DELETED")
@@ -424,8 +417,7 @@ class GpuLustreFileSystem(FileSystemChannelSource):
     # -- S3 link ----------------------------------------------------------------------------------------
 
     def _link(self, repo: LustreDataRepository) -> fsx.CfnDataRepositoryAssociation:
-        prefix = repo.prefix if (not repo.prefix or repo.prefix.endswith("/")) else repo.prefix + "/"
-        repository_path = f"s3://{repo.bucket.bucket_name}/{prefix}"
+        repository_path = f"s3://{repo.bucket.bucket_name}/{as_key_prefix(repo.prefix)}"
         events = list(repo.events)
         association = fsx.CfnDataRepositoryAssociation(
             self,

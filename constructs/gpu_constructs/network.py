@@ -120,8 +120,14 @@ def _endpoint_short_name(service_name: str) -> str | None:
     return None
 
 
-def select_subnets(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.SelectedSubnets:
-    """``vpc.select_subnets`` with a ``SubnetSelection`` value (the Python binding takes keywords only)."""
+def select_subnets(vpc: ec2.IVpc, selection: ec2.SubnetSelection | None) -> ec2.SelectedSubnets:
+    """``vpc.select_subnets`` with a ``SubnetSelection`` value (the Python binding takes keywords only).
+
+    ``None`` selects what ``vpc.select_subnets()`` does without arguments: the VPC's private subnets (else its
+    isolated ones, else its public ones).
+    """
+    if selection is None:
+        return vpc.select_subnets()
     return vpc.select_subnets(
         availability_zones=selection.availability_zones,
         one_per_az=selection.one_per_az,

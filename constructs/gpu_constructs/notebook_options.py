@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import re
-
 from gpu_constructs.errors import fail, require_range
+from gpu_constructs.s3_keys import has_key_characters, is_relative_key
 from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 
 __all__ = ["MAX_VOLUME_GIB", "MIN_VOLUME_GIB", "check_package_key", "check_volume_size"]
@@ -13,7 +12,9 @@ __all__ = ["MAX_VOLUME_GIB", "MIN_VOLUME_GIB", "check_package_key", "check_volum
 #: SageMaker notebook ML storage volume (CreateNotebookInstance VolumeSizeInGB): 5 to 16384 GiB.
 MIN_VOLUME_GIB = 5
 MAX_VOLUME_GIB = 16384
-_S3_KEY_RE = re.compile(r"^[A-Za-z0-9!_.*()/=+-]+$")
+#: The punctuation of a package key: the platform's key characters without ``'`` (no wheel name has it) and with
+#: ``+``, which a wheel's local version has (``1.2.0+cu124``).
+_PACKAGE_KEY_CHARACTERS = "!_.*()/=+-"
 
 
 def check_volume_size(where: str, size: object, name: str = "volume_size_gib") -> None:
@@ -24,7 +25,7 @@ def check_volume_size(where: str, size: object, name: str = "volume_size_gib") -
 
 def check_package_key(where: str, key: str, name: str = "package (bucket key)") -> None:
     """A relative S3 key whose last part is a wheel file name (e.g. ``tools/<wheel file>``)."""
-    if key.startswith("/") or ".." in key or not _S3_KEY_RE.match(key):
+    if not key or not is_relative_key(key) or not has_key_characters(key, _PACKAGE_KEY_CHARACTERS):
         raise fail(where, name, key, "a relative S3 key such as 'tools/<wheel file>'")
     if not WHEEL_NAME_RE.match(key.rsplit("/", 1)[-1]):
         raise fail(where, name, key, f"a key whose last part is {WHEEL_NAME_ALLOWED}")

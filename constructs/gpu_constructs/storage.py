@@ -7,8 +7,6 @@ three buckets and offers narrow grants: read one dataset prefix, write artifacts
 
 from __future__ import annotations
 
-import re
-
 from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -18,22 +16,18 @@ from constructs import Construct
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail, require_range
 from gpu_constructs.keys import allow_s3_access_logs, given_or_new_key
+from gpu_constructs.s3_keys import as_key_prefix, check_key_prefix
 
 #: Prefixes of the artifacts bucket.
 OUTPUT_PREFIX = "output/"
 CHECKPOINTS_PREFIX = "checkpoints/"
 MODELS_PREFIX = "models/"
 
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
-
 
 def _normalize_prefix(scope: Construct, name: str, prefix: str) -> str:
-    """'' means the whole bucket; otherwise a key prefix without a leading slash, ending in '/'."""
-    if prefix.startswith("/") or ".." in prefix or not _PREFIX_RE.match(prefix):
-        raise fail(scope, name, prefix, "a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return prefix
+    """'' means the whole bucket; otherwise a key prefix without a leading slash, ending in '/' (``s3_keys``)."""
+    check_key_prefix(scope, name, prefix)
+    return as_key_prefix(prefix)
 
 
 class SecureBucket(Construct):

@@ -41,6 +41,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from gpu_constructs.retention import LOG_RETENTION_DAYS
+from gpu_constructs.s3_keys import KEY_PREFIX_ALLOWED, is_key_prefix
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "config"
 DEFAULT_ENV = "dev"
@@ -185,12 +186,11 @@ CdkQualifier = Annotated[
     Allowed(message="must be 1-10 letters, digits, '_' or '-' (cdk bootstrap --qualifier)"),
 ]
 
-#: A relative S3 key prefix ('' = the whole bucket): S3's safe key characters, no leading '/', no '..'.
+#: A relative S3 key prefix ('' = the whole bucket): the library's rule, ``gpu_constructs.s3_keys.is_key_prefix``.
 S3KeyPrefix = Annotated[
     str,
-    Field(pattern=r"^[A-Za-z0-9!_.*'()/=-]*$"),
-    Check(lambda v: not v.startswith("/") and ".." not in v, "not a relative key"),
-    Allowed(message="must be a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'"),
+    Check(is_key_prefix, "not a relative key prefix"),
+    Allowed(message=f"must be {KEY_PREFIX_ALLOWED}"),
 ]
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")

@@ -24,6 +24,7 @@ from gpu_constructs.endpoint.base import (
     VOLUME_SIZE_RANGE_GB,
     SettingError,
 )
+from gpu_constructs.s3_keys import has_key_characters
 from stacks.config._base import Allowed, StrictModel
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ ExecutionMinutes = Annotated[
 CooldownSeconds = Annotated[int, Field(ge=0, le=3600), Allowed("seconds")]
 
 _ENDPOINT_KEY = re.compile(r"[a-z0-9](-?[a-z0-9]){0,29}")
-_S3_MODEL_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/\S+\.tar\.gz")
 
 
 @contextmanager
@@ -345,21 +345,24 @@ class EndpointConfig(StrictModel):
     @field_validator("model_data")
     @classmethod
     def _model_data(cls, value: str) -> str:
+        from gpu_constructs.endpoint.checks import is_model_archive_key, is_model_archive_uri, is_ssm_parameter_name
+
+        # The library's rules (ModelData.validate), plus what a config value must not have: whitespace in a
+        # URI, and in a key anything but S3's safe characters.
         if value.startswith("ssm:"):
-            name = value[4:]
-            if not re.fullmatch(r"/?[a-zA-Z0-9_.\-/]{1,2047}", name):
+            if not is_ssm_parameter_name(value[4:]):
                 raise ValueError("allowed: ssm:<parameter name>, e.g. ssm:/gpu-prod/models/classifier/latest")
             return value
         if value.startswith("s3://"):
-            if not _S3_MODEL_URI.fullmatch(value):
+            if not is_model_archive_uri(value) or any(ch.isspace() for ch in value):
                 raise ValueError("allowed: s3://<bucket>/<key>.tar.gz")
             return value
-        if value.startswith("/") or ".." in value or not value.endswith(".tar.gz"):
+        if not is_model_archive_key(value):
             raise ValueError(
                 "allowed: a relative key of the artifacts bucket ending in .tar.gz, e.g. "
                 "models/classifier/v3/model.tar.gz; or s3://bucket/key.tar.gz; or ssm:<parameter>"
             )
-        if not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+        if not has_key_characters(value):
             raise ValueError("allowed: S3 key characters A-Z a-z 0-9 !_.*'()/=-")
         return value
 
@@ -381,27 +384,20 @@ class EndpointConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistency(self) -> EndpointConfig:
-        from gpu_constructs.catalog import lookup, require_nvidia_gpu
         from gpu_constructs.endpoint.capacity import check_shifting_capacity, check_target_tracking
+        from gpu_constructs.endpoint.checks import check_hosting_instance_type, volume_size_problem
 
-        if self.cpu_variant:
-            it = lookup(self.instance_type, where="instance_type")
-            if self.instance_type != it.sagemaker_name or not it.valid_for("hosting"):
-                raise ValueError(
-                    f"instance_type: {self.instance_type!r} is not a SageMaker hosting type; "
-                    f"allowed: an ml.* type valid for hosting such as {it.sagemaker_name!r}"
-                )
-        else:
-            it = require_nvidia_gpu(self.instance_type, where="instance_type", usage="hosting")
-        if self.volume_size_gb is not None:
-            if it.has_local_nvme:
-                raise ValueError(
-                    f"volume_size_gb: {self.volume_size_gb} is not allowed for {self.instance_type} (it has "
-                    f"{it.local_nvme_gb} GB of local NVMe that SageMaker uses instead); allowed: null"
-                )
+        with library_rules():
+            it = check_hosting_instance_type("instance_type", self.instance_type, self.cpu_variant)
+        problem = None if self.volume_size_gb is None else volume_size_problem(self.volume_size_gb, it)
+        if problem == "local_nvme":
+            raise ValueError(
+                f"volume_size_gb: {self.volume_size_gb} is not allowed for {self.instance_type} (it has "
+                f"{it.local_nvme_gb} GB of local NVMe that SageMaker uses instead); allowed: null"
+            )
+        if problem == "out_of_range":
             low, high = VOLUME_SIZE_RANGE_GB
-            if not low <= self.volume_size_gb <= high:
-                raise ValueError(f"volume_size_gb: {self.volume_size_gb} is not allowed; allowed: {low}..{high}")
+            raise ValueError(f"volume_size_gb: {self.volume_size_gb} is not allowed; allowed: {low}..{high}")
         is_async = self.async_inference is not None
         scaling = self.autoscaling
         if scaling is not None:

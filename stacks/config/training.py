@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from gpu_constructs import s3_keys
 from gpu_constructs.catalog import require_nvidia_gpu
+from gpu_constructs.deprecation import deprecated_attributes
 from gpu_constructs.training_spec import (
     DATA_VERSION_PATTERN,
     HP_PROCESSES_PER_HOST,
@@ -151,9 +153,19 @@ class TrainingCodeConfig(StrictModel):
 
 #: S3 bucket names (S3 User Guide, "General purpose bucket naming rules": 3-63 lowercase letters, digits, dots and
 #: hyphens, starting and ending with a letter or digit).
-BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+BUCKET_NAME_RE = re.compile(f"^{s3_keys.BUCKET_NAME_RE.pattern}$")
 KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$")
-S3_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
+
+#: ``S3_PREFIX_RE`` (deprecated): the S3 key prefix rule is ``gpu_constructs.s3_keys.is_key_prefix``.
+__getattr__ = deprecated_attributes(
+    __name__,
+    {
+        "S3_PREFIX_RE": (
+            "gpu_constructs.s3_keys.is_key_prefix",
+            lambda: re.compile(f"^[A-Za-z0-9{re.escape(s3_keys.KEY_PREFIX_CHARACTERS)}]*$"),
+        )
+    },
+)
 
 
 class ReadableInputConfig(StrictModel):
@@ -184,9 +196,7 @@ class ReadableInputConfig(StrictModel):
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if value and (
-            not value.endswith("/") or value.startswith("/") or ".." in value or not S3_PREFIX_RE.match(value)
-        ):
+        if not s3_keys.is_key_prefix(value, require_trailing_slash=True):
             raise ValueError(
                 "allowed: '' (the whole bucket) or a relative S3 key prefix ending in '/', e.g. 'corpora/'"
             )
@@ -230,7 +240,7 @@ class TrainingPrepareConfig(StrictModel):
     @field_validator("source_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if not value or value.startswith("/") or ".." in value or not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+        if not s3_keys.is_key_prefix(value, allow_empty=False):
             raise ValueError("must be a non-empty relative S3 key prefix such as 'raw/imagenet/'")
         return value
 
@@ -356,9 +366,9 @@ class TrainingConfig(StrictModel):
     @field_validator("dataset_prefix")
     @classmethod
     def _dataset(cls, value: str) -> str:
-        if not value.endswith("/") or value.startswith("/") or ".." in value:
+        if not value.endswith("/") or not s3_keys.is_relative_key(value):
             raise ValueError("must be a relative S3 prefix ending in '/', e.g. 'imagenet/'")
-        if not re.fullmatch(r"[A-Za-z0-9!_.*'()/=-]+", value):
+        if not s3_keys.has_key_characters(value):
             raise ValueError("must use only letters, digits and !_.*'()/=- (an S3 key prefix)")
         return value
 

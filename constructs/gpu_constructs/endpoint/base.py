@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpu_constructs import s3_keys
+from gpu_constructs.deprecation import deprecated_attributes, warn_deprecated
 from gpu_constructs.errors import ValidationError, fail
 
 #: CloudWatch namespace of SageMaker's invocation metrics (Invocations, 5xx, ModelLatency, backlog).
@@ -32,8 +34,6 @@ MAX_BAKE_S = 3600
 #: Allowed canary sizes and linear steps, in percent of the variant's capacity.
 STEP_PERCENT_RANGE = {"CANARY": (1, 50), "LINEAR": (10, 50)}
 
-PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()/=-]*$")
-
 
 class SettingError(ValidationError):
     """A rule of an endpoint value type failed; ``setting`` is the dotted setting (``deployment.wait_interval``).
@@ -56,13 +56,25 @@ def invalid(where: str, setting: str, value: Any, allowed: str, *, name: str | N
 
 
 def check_prefix(where: str, setting: str, prefix: str) -> None:
-    """Refuse an S3 key prefix that is absolute, climbs (``..``) or has characters S3 keys should not."""
-    if prefix.startswith("/") or ".." in prefix or not PREFIX_RE.match(prefix):
-        raise invalid(where, setting, prefix, "a relative S3 key prefix of letters, digits and !_.*'()/=- without '..'")
+    """Refuse an S3 key prefix that :func:`gpu_constructs.s3_keys.is_key_prefix` refuses, as a
+    :class:`SettingError` of ``setting`` (the config model maps it onto its own key)."""
+    if not s3_keys.is_key_prefix(prefix):
+        raise invalid(where, setting, prefix, s3_keys.KEY_PREFIX_ALLOWED)
 
 
 def join_prefix(prefix: str, name: str) -> str:
-    """``<prefix>/<name>/`` (a missing trailing slash of ``prefix`` added)."""
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return f"{prefix}{name}/"
+    """Deprecated: use :func:`gpu_constructs.s3_keys.join_key_prefix` (same result)."""
+    warn_deprecated("gpu_constructs.endpoint.base.join_prefix", "gpu_constructs.s3_keys.join_key_prefix")
+    return s3_keys.join_key_prefix(prefix, name)
+
+
+#: ``PREFIX_RE`` (deprecated): the S3 key prefix rule is :func:`gpu_constructs.s3_keys.is_key_prefix`.
+__getattr__ = deprecated_attributes(
+    __name__,
+    {
+        "PREFIX_RE": (
+            "gpu_constructs.s3_keys.is_key_prefix",
+            lambda: re.compile(f"^[A-Za-z0-9{re.escape(s3_keys.KEY_PREFIX_CHARACTERS)}]*$"),
+        )
+    },
+)

@@ -13,9 +13,10 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 
 from gpu_constructs.endpoint.acknowledgments import ASYNC_PREFIX_REASON, CAPTURE_PREFIX_REASON
-from gpu_constructs.endpoint.base import check_prefix, invalid, join_prefix
+from gpu_constructs.endpoint.base import check_prefix, invalid
 from gpu_constructs.endpoint.checks import check_async_concurrency, check_data_capture
-from gpu_constructs.endpoint.model_data import grant_objects
+from gpu_constructs.s3_keys import join_key_prefix
+from gpu_constructs.storage import grant_objects
 
 #: Object-key patterns with a wildcard that a binding granted, each with the reason it is safe.
 WildcardObjects = dict[str, str]
@@ -57,7 +58,7 @@ class DataCapture:
         """Let ``role`` write the captured objects; the ``DataCaptureConfig`` and the wildcard it granted."""
         bucket = self.bucket
         assert bucket is not None  # validated by the endpoint
-        prefix = join_prefix(self.prefix, endpoint_name)
+        prefix = join_key_prefix(self.prefix, endpoint_name)
         grant_objects(role, bucket, f"{prefix}*", write=True)
         key = self.encryption_key or bucket.encryption_key or default_key
         key.grant(role, "kms:Encrypt", "kms:GenerateDataKey")
@@ -122,7 +123,7 @@ class AsyncInference:
 
     def key_prefix(self, endpoint_name: str, kind: str) -> str:
         """``<prefix>/<endpoint name>/<kind>/``: where the ``input``, ``output`` or ``failure`` objects are."""
-        return f"{join_prefix(self.prefix, endpoint_name)}{kind}/"
+        return f"{join_key_prefix(self.prefix, endpoint_name)}{kind}/"
 
     def bind(self, role: iam.IRole, endpoint_name: str, default_key: kms.IKey) -> tuple[Any, WildcardObjects]:
         """Let ``role`` read inputs, write outputs and notify; the ``AsyncInferenceConfig`` and its wildcards."""
@@ -131,7 +132,7 @@ class AsyncInference:
         wildcards: WildcardObjects = {}
         for kind, write in (("input", False), ("output", True), ("failure", True)):
             pattern = f"{self.key_prefix(endpoint_name, kind)}*"
-            grant_objects(role, bucket, pattern, write=write)
+            grant_objects(role, bucket, pattern, read=not write, write=write)
             wildcards[pattern] = ASYNC_PREFIX_REASON
         key = self.encryption_key or bucket.encryption_key or default_key
         key.grant(role, "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey")

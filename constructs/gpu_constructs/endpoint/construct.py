@@ -37,8 +37,9 @@ from gpu_constructs.endpoint.base import (
 )
 from gpu_constructs.endpoint.batching import Batching, check_environment
 from gpu_constructs.endpoint.capture import AsyncInference, DataCapture
+from gpu_constructs.endpoint.checks import check_hosting_instance_type, volume_size_problem
 from gpu_constructs.endpoint.deployment import BlueGreenDeployment
-from gpu_constructs.endpoint.model_data import ModelData, grant_objects
+from gpu_constructs.endpoint.model_data import ModelData
 from gpu_constructs.endpoint.monitoring import (
     EndpointMetrics,
     check_log_metric_filters,
@@ -51,8 +52,10 @@ from gpu_constructs.endpoint.protocols import InferenceImage, LogMetricFilterSpe
 from gpu_constructs.endpoint.scaling import EndpointAutoscaling, OffHoursSchedule
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import given_or_new_key
+from gpu_constructs.network import select_subnets
 from gpu_constructs.removal import named_log_group
 from gpu_constructs.security_groups import cluster_security_group
+from gpu_constructs.storage import grant_objects
 from gpu_constructs.topics import notification_topic
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -250,7 +253,8 @@ class GpuEndpoint(Construct):
         if self._async is not None and self._async.bucket is not None:
             for kind in ("input", "output", "failure"):
                 pattern = f"{self._async.key_prefix(self.endpoint_name, kind)}*"
-                grant = grant.combine(grant_objects(grantee, self._async.bucket, pattern, write=kind == "input"))
+                write = kind == "input"
+                grant = grant.combine(grant_objects(grantee, self._async.bucket, pattern, read=not write, write=write))
         return grant
 
     @property
@@ -290,21 +294,7 @@ class GpuEndpoint(Construct):
             raise fail(self, "initial_instance_count", count, "an integer >= 1")
 
     def _validate_instance_type(self, instance_type: str, cpu_variant: bool) -> catalog.InstanceType:
-        where = path_of(self)
-        if is_token(instance_type):
-            raise fail(
-                self, "instance_type", instance_type, "a literal instance type name (it is checked against the catalog)"
-            )
-        if not cpu_variant:
-            return catalog.require_nvidia_gpu(instance_type, where=where, usage="hosting")
-        it = catalog.lookup(instance_type, where=where)
-        if instance_type.strip() != it.sagemaker_name:
-            raise fail(self, "instance_type", instance_type, f"the SageMaker spelling {it.sagemaker_name!r}")
-        if not it.valid_for("hosting"):
-            raise fail(
-                self, "instance_type", instance_type, "a type SageMaker hosting accepts (see docs/gpu-instances.md)"
-            )
-        return it
+        return check_hosting_instance_type(path_of(self), instance_type, cpu_variant)
 
     def _validate_endpoint_name(self, name: str | None) -> str:
         if name is None:
@@ -375,7 +365,8 @@ class GpuEndpoint(Construct):
     def _validate_volume_size(self, size: int | None) -> None:
         if size is None or is_token(size):
             return
-        if self.instance.has_local_nvme:
+        problem = volume_size_problem(size, self.instance)
+        if problem == "local_nvme":
             raise fail(
                 self,
                 "volume_size_gib",
@@ -383,8 +374,8 @@ class GpuEndpoint(Construct):
                 f"none for {self.instance.sagemaker_name}: it has {self.instance.local_nvme_gb} GB of local NVMe, "
                 "which SageMaker uses instead of an EBS volume",
             )
-        low, high = VOLUME_SIZE_RANGE_GB
-        if not low <= size <= high:
+        if problem == "out_of_range":
+            low, high = VOLUME_SIZE_RANGE_GB
             raise fail(self, "volume_size_gib", size, f"an integer in [{low}, {high}]")
 
     def _validate_traffic(self, capture: DataCapture | None, async_config: AsyncInference | None, count: int) -> None:
@@ -502,13 +493,6 @@ class GpuEndpoint(Construct):
         text = json.dumps(resolved, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:_HASH_CHARS]
 
-    @staticmethod
-    def _subnet_kwargs(selection: ec2.SubnetSelection | None) -> dict[str, Any]:
-        if selection is None:
-            return {}
-        keys = ("availability_zones", "one_per_az", "subnet_filters", "subnet_group_name", "subnets", "subnet_type")
-        return {k: getattr(selection, k) for k in keys if getattr(selection, k, None) is not None}
-
     def _grant_runtime(self, vpc: ec2.IVpc | None) -> None:
         """Logs, metrics and (in a VPC) network interfaces: what SageMaker hosting needs from the role."""
         iam.Grant.add_to_principal(
@@ -589,7 +573,7 @@ class GpuEndpoint(Construct):
     ) -> None:
         vpc_config = None
         if vpc is not None:
-            subnets = vpc.select_subnets(**self._subnet_kwargs(vpc_subnets))
+            subnets = select_subnets(vpc, vpc_subnets)
             vpc_config = sagemaker.CfnModel.VpcConfigProperty(
                 security_group_ids=[sg.security_group_id for sg in self.security_groups],
                 subnets=subnets.subnet_ids,

@@ -1,8 +1,7 @@
-"""Where the model artifact comes from (:class:`ModelData`) and exact-action object grants."""
+"""Where the model artifact comes from (:class:`ModelData`); ``grant_objects`` here is a deprecated alias."""
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from aws_cdk import CfnParameter, Stack
@@ -11,11 +10,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from gpu_constructs.endpoint.base import PREFIX_RE as _PREFIX_RE
+from gpu_constructs import storage
+from gpu_constructs.deprecation import warn_deprecated
+from gpu_constructs.endpoint.checks import is_model_archive_key, is_model_archive_uri, is_ssm_parameter_name
 from gpu_constructs.errors import ValidationError, is_token
-
-_S3_URI_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(.+)$")
-_SSM_NAME_RE = re.compile(r"^/?[a-zA-Z0-9_.\-/]{1,2047}$")
+from gpu_constructs.s3_keys import as_key_prefix, is_key_prefix, split_s3_uri
 
 
 class ModelData:
@@ -72,7 +71,7 @@ class ModelData:
             key = self.key or ""
             if is_token(key):
                 return
-            if not key or key.startswith("/") or ".." in key or not key.endswith(".tar.gz"):
+            if not is_model_archive_key(key):
                 raise ValidationError(
                     where,
                     f"model_data key={key!r} is not allowed; allowed: a relative S3 key of a model.tar.gz "
@@ -82,21 +81,21 @@ class ModelData:
             uri = self.uri or ""
             if is_token(uri):
                 return
-            if not _S3_URI_RE.match(uri) or not uri.endswith(".tar.gz"):
+            if not is_model_archive_uri(uri):
                 raise ValidationError(
                     where,
                     f"model_data uri={uri!r} is not allowed; allowed: s3://<bucket>/<key>.tar.gz",
                 )
         else:
             name = self.parameter_name or ""
-            if not _SSM_NAME_RE.match(name):
+            if not is_ssm_parameter_name(name):
                 raise ValidationError(
                     where,
                     f"model_data parameter_name={name!r} is not allowed; allowed: an SSM parameter name such as "
                     "'/gpu-prod/models/classifier/latest'",
                 )
             prefix = self.prefix or ""
-            if prefix.startswith("/") or ".." in prefix or not _PREFIX_RE.match(prefix):
+            if not is_key_prefix(prefix):
                 raise ValidationError(
                     where, f"model_data prefix={prefix!r} is not allowed; allowed: a relative S3 key prefix"
                 )
@@ -109,17 +108,18 @@ class ModelData:
         """
         if self.kind == "bucket":
             assert self.bucket is not None and self.key is not None
-            grant_objects(grantee, self.bucket, self.key)
+            storage.grant_objects(grantee, self.bucket, self.key, read=True)
             return f"s3://{self.bucket.bucket_name}/{self.key}", []
         if self.kind == "uri":
             assert self.uri is not None
-            match = _S3_URI_RE.match(self.uri)
-            assert match is not None  # validated
+            parts = split_s3_uri(self.uri)
+            assert parts is not None  # validated
+            bucket_name, key = parts
             stack = Stack.of(scope)
             iam.Grant.add_to_principal(
                 grantee=grantee,
                 actions=["s3:GetObject"],
-                resource_arns=[f"arn:{stack.partition}:s3:::{match.group(1)}/{match.group(2)}"],
+                resource_arns=[f"arn:{stack.partition}:s3:::{bucket_name}/{key}"],
             )
             if self.encryption_key is not None:
                 self.encryption_key.grant(grantee, "kms:Decrypt")
@@ -132,25 +132,19 @@ class ModelData:
             default=self.parameter_name,
             description=f"SSM parameter holding the s3:// URI of the model served by {scope.node.path}",
         )
-        prefix = self.prefix or ""
-        if prefix and not prefix.endswith("/"):
-            prefix += "/"
-        grant_objects(grantee, self.bucket, f"{prefix}*")
+        prefix = as_key_prefix(self.prefix or "")
+        storage.grant_objects(grantee, self.bucket, f"{prefix}*", read=True)
         return parameter.value_as_string, [f"{prefix}*"]
 
 
 def grant_objects(grantee: iam.IGrantable, bucket: s3.IBucket, pattern: str, *, write: bool = False) -> iam.Grant:
-    """Read (``s3:GetObject``) or write (``s3:PutObject``, ``s3:AbortMultipartUpload``) the objects matching
-    ``pattern`` in ``bucket``, plus the KMS actions that needs on the bucket's key.
+    """Deprecated: use :func:`gpu_constructs.storage.grant_objects`, which names what it grants.
 
-    Unlike ``IBucket.grant_read``/``grant_put`` it names each action (no ``s3:GetObject*``,
-    ``kms:GenerateDataKey*``) and grants no bucket-level listing.
+    This name read the objects matching ``pattern`` by default and wrote them (without reading) with
+    ``write=True``; it delegates with ``read=not write, write=write``, so it grants exactly what it did.
     """
-    actions = ["s3:PutObject", "s3:AbortMultipartUpload"] if write else ["s3:GetObject"]
-    grant = iam.Grant.add_to_principal(
-        grantee=grantee, actions=actions, resource_arns=[bucket.arn_for_objects(pattern)]
+    warn_deprecated(
+        "gpu_constructs.endpoint.grant_objects",
+        "gpu_constructs.storage.grant_objects(grantee, bucket, pattern, read=True) to read, write=True to write",
     )
-    if bucket.encryption_key is not None:
-        kms_actions = ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"] if write else ["kms:Decrypt"]
-        grant = grant.combine(bucket.encryption_key.grant(grantee, *kms_actions))
-    return grant
+    return storage.grant_objects(grantee, bucket, pattern, read=not write, write=write)
