@@ -24,6 +24,7 @@ from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs, new_key
 from gpu_constructs.principals import RoleConnectable
 from gpu_constructs.removal import named_log_group
+from gpu_constructs.s3_keys import as_key_prefix, is_relative_key
 from gpu_constructs.security_groups import cluster_security_group
 from gpu_constructs.storage import PlatformStorage, grant_objects
 from gpu_constructs.topics import notification_topic
@@ -279,7 +280,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             )
 
     def _validate_dataset_prefix(self, prefix: str) -> None:
-        if not isinstance(prefix, str) or not prefix or prefix.startswith("/") or ".." in prefix:
+        if not isinstance(prefix, str) or not prefix or not is_relative_key(prefix):
             raise fail(self, "dataset_prefix", prefix, "a non-empty relative S3 prefix such as 'imagenet/'")
 
     def _validate_channels_in_dataset(
@@ -700,7 +701,8 @@ class TrainingPipeline(RoleConnectable, Construct):
 
 
 def _as_prefix(prefix: str) -> str:
-    return prefix if prefix.endswith("/") else prefix + "/"
+    """``prefix`` ending in '/' (``s3_keys.as_key_prefix``); an unchecked '' (``prepare.source_prefix``) gives '/'."""
+    return as_key_prefix(prefix) or "/"
 
 
 def _selection_kwargs(selection: ec2.SubnetSelection | None) -> dict[str, Any]:
