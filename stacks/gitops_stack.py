@@ -16,8 +16,8 @@ from constructs import Construct
 
 from gpu_constructs.oidc import GitOpsDeployRole, Mode, existing_oidc_provider
 from gpu_constructs.oidc_facts import CREATE, EXISTING
-from gpu_constructs.rules._rule import StackView
 from gpu_constructs.rules.oidc_provider_once_per_account import possibly_same_account, same_stack
+from gpu_constructs.templates import StackView
 from stacks.base import PlatformStack
 from stacks.config import ConfigError, GitOpsConfig, OidcDeployConfig
 from stacks.context import StackContext

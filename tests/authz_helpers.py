@@ -11,8 +11,8 @@ from typing import Any
 
 from gpu_constructs.authz import Assembly, AuthRequest, check_requests, job_requests
 from gpu_constructs.authz.assembly import Located, state_machine_definition
-from gpu_constructs.rules._rule import StackView
 from gpu_constructs.rules.pack import _assembly_stacks
+from gpu_constructs.templates import StackView
 
 
 def top_level(outdir: Path) -> list[StackView]:

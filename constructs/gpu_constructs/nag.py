@@ -20,7 +20,7 @@ from aws_cdk import aws_kms as kms
 from constructs import IConstruct, IValidation
 
 from gpu_constructs.errors import ValidationError, path_of
-from gpu_constructs.rules._rule import as_list  # one home for the policy-field reader (CDK-free)
+from gpu_constructs.templates import as_list  # one home for the policy-field reader (CDK-free)
 
 AWS_SOLUTIONS = "AwsSolutions"
 HIPAA = "HIPAA.Security"

@@ -30,8 +30,8 @@ from gpu_constructs.authz.gitops import (
     stack_roles,
     web_identity_allowed,
 )
-from gpu_constructs.rules._rule import StackView
 from gpu_constructs.rules.pack import _assembly_stacks
+from gpu_constructs.templates import StackView
 
 GITHUB = "https://token.actions.githubusercontent.com"
 REPO = "repo:acme/gpu-platform"

@@ -17,8 +17,8 @@ import pytest
 
 from gpu_constructs.authz import Assembly, check_requests
 from gpu_constructs.authz.instances import ScriptJourney, fleet_boot_journeys, notebook_start_journeys
-from gpu_constructs.rules._rule import StackView
 from gpu_constructs.rules.pack import _assembly_stacks
+from gpu_constructs.templates import StackView
 
 BOOT_ACTIONS = {
     "autoscaling:CompleteLifecycleAction",

@@ -27,7 +27,7 @@ from aws_cdk import aws_iam as iam
 
 from gpu_constructs.authz import Assembly, AuthRequest, check_requests, job_requests, start_job_requests
 from gpu_constructs.authz.api_calls import api_call_requests
-from gpu_constructs.rules._rule import StackView
+from gpu_constructs.templates import StackView
 from gpuctl.local_job import LocalJobError, run_local_job
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from rule_helpers import findings, template
 
-from gpu_constructs.rules._rule import Resource, StackView
+from gpu_constructs.rules._rule import Resource
 from gpu_constructs.rules.pack import _assembly_stacks
 from gpu_constructs.rules.sagemaker_job_role_authorized import check as rule
+from gpu_constructs.templates import StackView
 
 RULE = "SageMakerJobRoleAuthorized"
 ASSETS = "cdk-hnb659fds-assets-"

@@ -20,8 +20,8 @@ from gpu_constructs.authz.instances import (
     script_requests,
     script_settings,
 )
-from gpu_constructs.rules._rule import StackView
 from gpu_constructs.scripts import render_script
+from gpu_constructs.templates import StackView
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/node"

@@ -21,7 +21,7 @@ from aws_cdk import aws_sns as sns
 
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.rules import check_template
-from gpu_constructs.rules._rule import as_list, flatten, ref_id
+from gpu_constructs.templates import as_list, flatten, ref_id
 from gpu_constructs.topics import Publisher, admit_publishers, alarm_action, notification_topic, rule_target
 
 ALARM_ACTIONS = ("AlarmActions", "OKActions", "InsufficientDataActions")

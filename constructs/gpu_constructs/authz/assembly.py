@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from gpu_constructs.authz.policy import PolicySet
-from gpu_constructs.rules._rule import StackView
+from gpu_constructs.templates import StackView
 
 SAMPLE_ACCOUNT = "123456789012"
 SAMPLE_REGION = "us-east-1"

@@ -62,7 +62,7 @@ from typing import Any
 from gpu_constructs.authz.assembly import PARTITION, Assembly, Located, UnresolvableValue
 from gpu_constructs.authz.journeys import SECURE, s3_read_requests, s3_write_requests, split_s3
 from gpu_constructs.authz.policy import AuthRequest
-from gpu_constructs.rules._rule import StackView
+from gpu_constructs.templates import StackView
 
 __all__ = [
     "ENDPOINT_LOG_GROUP_PREFIX",
