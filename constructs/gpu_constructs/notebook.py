@@ -50,11 +50,11 @@ from constructs import Construct
 
 from gpu_constructs.catalog import InstanceType, lookup, require_nvidia_gpu
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-from gpu_constructs.fleet.acknowledgments import PolicyWildcards, acknowledge_role_policy
 from gpu_constructs.lustre_clients import allow_lustre_clients
 from gpu_constructs.lustre_mount import LustreFileSystemLike, LustreMount, check_file_system
 from gpu_constructs.notebook_options import check_package_key, check_volume_size
 from gpu_constructs.principals import RoleCompute
+from gpu_constructs.role_acknowledgments import PolicyWildcards, acknowledge_role_policy
 from gpu_constructs.scripts import render_script
 from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 

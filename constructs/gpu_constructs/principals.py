@@ -8,7 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
-from gpu_constructs.fleet.acknowledgments import PolicyWildcards, expect_data_grants
+from gpu_constructs.role_acknowledgments import PolicyWildcards, expect_data_grants
 
 __all__ = ["RoleCompute", "RoleConnectable"]
 
