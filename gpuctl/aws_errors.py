@@ -12,7 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AwsProblem", "explain", "explain_failure_reason", "quota_name", "service_quotas_url"]
+__all__ = [
+    "SAGEMAKER_QUOTA_USES",
+    "AwsProblem",
+    "explain",
+    "explain_failure_reason",
+    "quota_name",
+    "sagemaker_quota_name",
+    "service_quotas_url",
+]
 
 
 @dataclass
@@ -27,16 +35,35 @@ class AwsProblem(Exception):
         return f"{self.what}\n  next step: {self.next_step}"
 
 
-def service_quotas_url(region: str | None) -> str:
-    """The Service Quotas console page of SageMaker's quotas in ``region``."""
+def service_quotas_url(region: str | None, service: str = "sagemaker") -> str:
+    """The Service Quotas console page of ``service``'s quotas (service code ``sagemaker`` or ``ec2``) in ``region``."""
     host = f"{region}.console.aws.amazon.com" if region else "console.aws.amazon.com"
-    return f"https://{host}/servicequotas/home/services/sagemaker/quotas"
+    return f"https://{host}/servicequotas/home/services/{service}/quotas"
+
+
+#: The uses SageMaker counts instances for, each with a quota per instance type named
+#: ``"<ml type> for <use>"`` in Service Quotas (service code ``sagemaker``), e.g. "ml.g5.xlarge for endpoint usage":
+#: https://docs.aws.amazon.com/general/latest/gr/sagemaker.html (SageMaker endpoints and quotas)
+SAGEMAKER_QUOTA_USES: tuple[str, ...] = (
+    "training job usage",
+    "spot training job usage",
+    "endpoint usage",
+    "processing job usage",
+    "notebook instance usage",
+)
+
+
+def sagemaker_quota_name(instance_type: str | None, use: str) -> str:
+    """The Service Quotas name of SageMaker's quota on ``instance_type`` for ``use`` (one of
+    :data:`SAGEMAKER_QUOTA_USES`), e.g. ``ml.g5.xlarge for notebook instance usage``."""
+    if use not in SAGEMAKER_QUOTA_USES:
+        raise ValueError(f"use={use!r} is not a SageMaker quota use; allowed: {', '.join(SAGEMAKER_QUOTA_USES)}")
+    return f"{instance_type or '<instance type>'} for {use}"
 
 
 def quota_name(instance_type: str | None, *, spot: bool = False) -> str:
     """The name of the SageMaker quota that limits training on ``instance_type`` (as Service Quotas shows it)."""
-    kind = "spot training job usage" if spot else "training job usage"
-    return f"{instance_type or '<instance type>'} for {kind}"
+    return sagemaker_quota_name(instance_type, "spot training job usage" if spot else "training job usage")
 
 
 def _error_code(exc: BaseException) -> tuple[str, str]:

@@ -14,7 +14,18 @@ from collections.abc import Sequence
 
 # Modules under gpuctl.commands, each with ``register(subparsers) -> None``.
 # A registered parser sets ``func`` (``Callable[[argparse.Namespace], int]``) via set_defaults.
-COMMAND_MODULES: tuple[str, ...] = ("shard", "doctor", "serve", "invoke", "train", "status", "logs", "stop", "vendor")
+COMMAND_MODULES: tuple[str, ...] = (
+    "shard",
+    "doctor",
+    "serve",
+    "invoke",
+    "train",
+    "status",
+    "logs",
+    "stop",
+    "vendor",
+    "preflight",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
