@@ -86,9 +86,11 @@ class TrainingStack(WorkloadStack):
             log_retention=context.log_retention,
             removal_policy=self.removal,
             tags={"gpu-platform:setup": prefix, **context.tags},
-            package_index=network.reachability(TRAINING_SUBNETS).internet and not training.network_isolation,
+            code=training.code_options(
+                REPOSITORY_ROOT,
+                package_index=network.reachability(TRAINING_SUBNETS).internet and not training.network_isolation,
+            ),
             **training.pipeline_props(),
-            **(code.code_props(REPOSITORY_ROOT) if code is not None else {}),
         )
         pipeline = self.pipeline
         CfnOutput(self, OUTPUT_STATE_MACHINE, value=pipeline.state_machine.state_machine_arn)

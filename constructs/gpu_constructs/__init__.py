@@ -44,6 +44,8 @@ _EXPORTS: dict[str, str] = {
     "NotebookPackage": "gpu_constructs.notebook",
     "TrainingPipeline": "gpu_constructs.training",
     "PrepareOptions": "gpu_constructs.training",
+    "TrainingAlarms": "gpu_constructs.training",
+    "TrainingCodeOptions": "gpu_constructs.training",
     "AlarmThresholds": "gpu_constructs.training",
     "TrainingJobSpec": "gpu_constructs.training_spec",
     "ShardingJobSpec": "gpu_constructs.training_spec",
@@ -112,5 +114,11 @@ if TYPE_CHECKING:
     from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider
     from gpu_constructs.storage import PlatformStorage, SecureBucket
     from gpu_constructs.topics import Publisher, admit_publishers, alarm_action, notification_topic, rule_target
-    from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingPipeline
+    from gpu_constructs.training import (
+        AlarmThresholds,
+        PrepareOptions,
+        TrainingAlarms,
+        TrainingCodeOptions,
+        TrainingPipeline,
+    )
     from gpu_constructs.training_spec import FsxChannel, S3Channel, ShardingJobSpec, TrainingJobSpec

@@ -26,16 +26,21 @@ def warn_deprecated(old: str, replacement: str, *, stacklevel: int = 3) -> None:
     )
 
 
-def renamed_keywords(where: str, keywords: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
+def renamed_keywords(
+    where: str, keywords: dict[str, Any], renames: Mapping[str, str], *, stacklevel: int = 4
+) -> dict[str, Any]:
     """``keywords`` with each deprecated name of ``renames`` (old -> new) replaced by its new name, warning once
-    per deprecated name used. A value given under both names raises :class:`ValidationError` naming both."""
+    per deprecated name used. A value given under both names raises :class:`ValidationError` naming both.
+
+    ``stacklevel`` 4 points at the caller of the function that calls this; a construct's ``__init__`` passes 5,
+    because jsii's constructor call sits between it and the user's line."""
     out = dict(keywords)
     for old, new in renames.items():
         if old not in out:
             continue
         if new in out and out[new] is not None:
             raise ValidationError(where, f"{old!r} and {new!r} are the same setting; give only {new!r}")
-        warn_deprecated(f"{where}({old}=...)", f"{new}=", stacklevel=4)
+        warn_deprecated(f"{where}({old}=...)", f"{new}=", stacklevel=stacklevel)
         out[new] = out.pop(old)
     return out
 
@@ -55,12 +60,30 @@ def deprecated_attributes(module: str, aliases: Mapping[str, tuple[str, Callable
     return __getattr__
 
 
-def deprecated_class_alias(old: str, new: type[Any]) -> type[Any]:
+def deprecated_class_alias(old: str, new: type[Any], renamed_fields: Mapping[str, str] | None = None) -> type[Any]:
     """A subclass of ``new`` named ``old`` that warns when instantiated: a renamed value type keeps working
-    (``isinstance`` checks against ``new`` still hold) for one release."""
+    (``isinstance`` checks against ``new`` still hold) for one release.
+
+    ``renamed_fields`` (old -> new) are fields renamed with the class: the alias takes their old names as
+    deprecated keywords (:func:`renamed_keywords`) and reads them as deprecated attributes, so code written
+    against the old class runs unchanged."""
+    renames = dict(renamed_fields or {})
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         warn_deprecated(f"{new.__module__}.{old}", f"{new.__module__}.{new.__name__}")
-        new.__init__(self, *args, **kwargs)
+        new.__init__(self, *args, **renamed_keywords(old, kwargs, renames))
 
-    return type(old, (new,), {"__init__": __init__, "__doc__": f"Deprecated: use :class:`{new.__name__}`."})
+    namespace: dict[str, Any] = {"__init__": __init__, "__doc__": f"Deprecated: use :class:`{new.__name__}`."}
+    for old_field, new_field in renames.items():
+        namespace[old_field] = _renamed_attribute(old, old_field, new_field)
+    return type(old, (new,), namespace)
+
+
+def _renamed_attribute(owner: str, old: str, new: str) -> property:
+    """A read-only attribute ``old`` of class ``owner`` that warns and returns attribute ``new``."""
+
+    def get(self: Any) -> Any:
+        warn_deprecated(f"{owner}.{old}", f"{owner}.{new}")
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated: use ``{new}``.")

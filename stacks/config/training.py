@@ -4,7 +4,8 @@ The rules of a training job live in the library (``gpu_constructs.training_spec`
 max-wait rules, processes per host, the alarm thresholds); this section keeps what is about the file (keys, types,
 units, environment-level bounds), words the library's rules in the config's units (hours) and builds the library's
 value types for the stack (:meth:`TrainingConfig.max_runtime`, :meth:`TrainingPrepareConfig.options`,
-:meth:`TrainingAlarmsConfig.thresholds`). Nothing here imports aws_cdk at load time.
+:meth:`TrainingAlarmsConfig.thresholds`, :meth:`TrainingConfig.code_options`). Nothing here imports aws_cdk at
+load time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpu_constructs import s3_keys
 from gpu_constructs.catalog import require_nvidia_gpu
-from gpu_constructs.deprecation import deprecated_attributes
+from gpu_constructs.deprecation import deprecated_attributes, renamed_keywords
 from gpu_constructs.training_spec import (
     DATA_VERSION_PATTERN,
     HP_PROCESSES_PER_HOST,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
     from aws_cdk import Duration
 
-    from gpu_constructs.training import AlarmThresholds, PrepareOptions, ReadableInput
+    from gpu_constructs.training import PrepareOptions, ReadableInput, TrainingAlarms, TrainingCodeOptions
 
 HOUR_S = 3600
 
@@ -75,15 +76,27 @@ AlarmPeriods = Annotated[int, Field(ge=1, le=100), Allowed()]
 AlarmPeriodMinutes = Annotated[int, Check(lambda v: v in (1, 5, 10, 15, 30, 60), "allowed: 1, 5, 10, 15, 30, 60")]
 
 
+#: Keys of ``training.alarms`` renamed with the library's ``TrainingAlarms`` (old -> new): still read, with a warning.
+RENAMED_ALARM_KEYS = {"gpu_low_pct": "gpu_low_percent", "busy_pct": "busy_percent", "idle_gpu_pct": "idle_gpu_percent"}
+
+
 class TrainingAlarmsConfig(StrictModel):
     """Thresholds of the training alarms (percent per GPU / per vCPU of the configured instance type)."""
 
-    gpu_low_pct: float = Field(50, description="Input-bound alarm: GPU utilization below this ...")
-    busy_pct: float = Field(80, description="... while CPU or disk utilization is above this")
-    idle_gpu_pct: float = Field(5, description="Idle-GPU alarm: the least-used host's GPU utilization below this")
+    gpu_low_percent: float = Field(50, description="Input-bound alarm: GPU utilization below this ...")
+    busy_percent: float = Field(80, description="... while CPU or disk utilization is above this")
+    idle_gpu_percent: float = Field(5, description="Idle-GPU alarm: the least-used host's GPU utilization below this")
     period_minutes: AlarmPeriodMinutes = Field(5, description="Metric period in minutes (1, 5, 10, 15, 30 or 60)")
     input_bound_periods: AlarmPeriods = Field(3, description="Consecutive periods before the input-bound alarm fires")
     idle_periods: AlarmPeriods = Field(6, description="Consecutive periods before the idle-GPU alarm fires")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """A file with the old keys (``gpu_low_pct`` ...) keeps loading; each old key warns with its new name."""
+        if not isinstance(data, dict):
+            return data
+        return renamed_keywords("training.alarms", data, RENAMED_ALARM_KEYS)
 
     @model_validator(mode="after")
     def _thresholds(self) -> TrainingAlarmsConfig:
@@ -91,16 +104,16 @@ class TrainingAlarmsConfig(StrictModel):
             raise ValueError(f"{name}: {value}: allowed: {allowed}")
         return self
 
-    def thresholds(self) -> AlarmThresholds:
-        """The library's :class:`~gpu_constructs.training.AlarmThresholds` of these settings."""
+    def thresholds(self) -> TrainingAlarms:
+        """The library's :class:`~gpu_constructs.training.TrainingAlarms` of these settings."""
         from aws_cdk import Duration
 
-        from gpu_constructs.training import AlarmThresholds
+        from gpu_constructs.training import TrainingAlarms
 
-        return AlarmThresholds(
-            gpu_low_pct=self.gpu_low_pct,
-            busy_pct=self.busy_pct,
-            idle_gpu_pct=self.idle_gpu_pct,
+        return TrainingAlarms(
+            gpu_low_percent=self.gpu_low_percent,
+            busy_percent=self.busy_percent,
+            idle_gpu_percent=self.idle_gpu_percent,
             period=Duration.minutes(self.period_minutes),
             input_bound_periods=self.input_bound_periods,
             idle_periods=self.idle_periods,
@@ -134,17 +147,22 @@ class TrainingCodeConfig(StrictModel):
         default_factory=dict, description="Metric name -> regex SageMaker reads from the job's log"
     )
 
-    def code_props(self, root: Path) -> dict[str, Any]:
-        """The keyword arguments of :class:`~gpu_constructs.training.TrainingPipeline` that run this code.
+    def options(self, root: Path, *, package_index: bool | None) -> TrainingCodeOptions:
+        """The library's :class:`~gpu_constructs.training.TrainingCodeOptions` that run this code.
 
         :param root: the folder ``source_dir`` is relative to (the repository's root).
+        :param package_index: whether the jobs reach a package index (the network decides; ``None``: the library's
+            default).
         """
-        return {
-            "source_dir": root / self.source_dir,
-            "entry_point": self.entry_point,
-            "distribution": self.distribution,
-            "framework": self.framework,
-        }
+        from gpu_constructs.training import TrainingCodeOptions
+
+        return TrainingCodeOptions(
+            source_dir=root / self.source_dir,
+            entry_point=self.entry_point,
+            distribution=self.distribution,
+            framework=self.framework,
+            package_index=package_index,
+        )
 
     def metric_definitions(self) -> list[dict[str, str]]:
         """``metrics`` as SageMaker's MetricDefinitions, sorted by name (so templates are stable)."""
@@ -433,12 +451,20 @@ class TrainingConfig(StrictModel):
 
         return None if self.max_wait_hours is None else Duration.hours(self.max_wait_hours)
 
+    def code_options(self, root: Path, *, package_index: bool | None) -> TrainingCodeOptions:
+        """The code the jobs run: ``code``'s (:meth:`TrainingCodeConfig.options`), or the built-in trainer."""
+        if self.code is not None:
+            return self.code.options(root, package_index=package_index)
+        from gpu_constructs.training import TrainingCodeOptions
+
+        return TrainingCodeOptions(package_index=package_index)
+
     def pipeline_props(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~gpu_constructs.training.TrainingPipeline` this section sets alone.
 
         The stack adds what combines it with other stacks and sections: the image, the data stack's storage,
         the job-name prefix, the channels and subnets (S3 or the storage stack's file system), the network,
-        the code (:meth:`TrainingCodeConfig.code_props`) and the environment-wide settings.
+        the code (:meth:`code_options`) and the environment-wide settings.
         """
         from aws_cdk import Size
 
@@ -459,5 +485,5 @@ class TrainingConfig(StrictModel):
             "allowed_instance_types": self.allowed_instance_types,
             "prepare": self.prepare.options(splits=self.channels),
             "notification_emails": self.notification_emails,
-            "alarm_thresholds": self.alarms.thresholds(),
+            "alarms": self.alarms.thresholds(),
         }

@@ -48,3 +48,21 @@ def test_a_deprecated_class_alias_is_the_new_class_and_warns() -> None:
     with pytest.warns(DeprecationWarning, match=r"AlarmThresholds is deprecated.*use .*Alarms"):
         old = Old(threshold_percent=7)
     assert isinstance(old, Alarms) and old.threshold_percent == 7 and Old.__name__ == "AlarmThresholds"
+
+
+def test_a_class_alias_takes_and_reads_renamed_fields() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Alarms:
+        busy_percent: float = 80
+
+    Old = deprecated_class_alias("Thresholds", Alarms, {"busy_pct": "busy_percent"})
+    with pytest.warns(DeprecationWarning, match=r"Thresholds\(busy_pct=\.\.\.\) is deprecated.*use busy_percent="):
+        old = Old(busy_pct=70)
+    assert old.busy_percent == 70
+    with pytest.warns(DeprecationWarning, match=r"Thresholds\.busy_pct is deprecated.*use Thresholds\.busy_percent"):
+        assert old.busy_pct == 70
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValidationError, match="'busy_pct' and 'busy_percent' are the same setting"),
+    ):
+        Old(busy_pct=70, busy_percent=60)

@@ -21,7 +21,7 @@ from aws_cdk import aws_s3 as s3
 from gpu_constructs import GpuNetwork, PlatformStorage, ValidationError
 from gpu_constructs.constants import TRAINING_SUBNETS
 from gpu_constructs.images import GpuImage
-from gpu_constructs.training import AlarmThresholds, PrepareOptions, TrainingPipeline
+from gpu_constructs.training import PrepareOptions, TrainingAlarms, TrainingCodeOptions, TrainingPipeline
 from gpu_constructs.training_spec import FsxChannel, S3Channel, service_model_problems, substitute_sfn_samples
 from gpu_train.metrics import METRIC_DEFINITIONS
 
@@ -530,8 +530,8 @@ def test_the_pipeline_is_a_grantee_whose_grants_go_to_the_job_role() -> None:
         ({"allowed_instance_types": ["ml.p3.2xlarge"]}, r"types with the same storage kind"),
         ({"notification_emails": ["not-an-address"]}, r"notification_emails='not-an-address' is not allowed"),
         (
-            {"alarm_thresholds": AlarmThresholds(gpu_low_pct=10, idle_gpu_pct=20)},
-            r"alarm_thresholds.idle_gpu_pct=20 is not allowed; allowed: less than gpu_low_pct=10",
+            {"alarms": TrainingAlarms(gpu_low_percent=10, idle_gpu_percent=20)},
+            r"alarms.idle_gpu_percent=20 is not allowed; allowed: less than gpu_low_percent=10",
         ),
     ],
 )
@@ -551,6 +551,75 @@ def test_an_inference_image_cannot_train(parts: _Parts) -> None:
     inference = GpuImage.from_dlc(parts.stack, "InferenceImage", framework_version="2.6", usage="inference")
     with pytest.raises(ValidationError, match=r"image usage='inference' cannot serve as a training job"):
         parts.pipeline(image=inference)
+
+
+def test_code_options_are_checked_before_anything_is_built(parts: _Parts) -> None:
+    with pytest.raises(ValidationError, match=r"T/P\d+: code.distribution='mpi' is not allowed"):
+        parts.pipeline(code=TrainingCodeOptions(distribution="mpi"))  # type: ignore[arg-type]
+
+
+def test_durations_left_out_take_the_construct_defaults(parts: _Parts) -> None:
+    """``PrepareOptions.max_runtime`` and ``TrainingAlarms.period`` default to ``None``: the construct's defaults
+    (``PREPARE_MAX_RUNTIME``, ``ALARM_PERIOD``) are written once, in the library."""
+    pipeline = parts.pipeline(prepare=PrepareOptions(source_prefix="raw/"), alarms=TrainingAlarms())
+    assert pipeline.sharding_spec is not None and pipeline.sharding_spec.max_runtime.total_seconds() == 86400
+    queries = parts.stack.resolve(pipeline.idle_gpu_alarm.node.default_child.metrics)  # type: ignore[union-attr]
+    assert [q["period"] for q in queries if "period" in q] == [300]
+
+
+# -- deprecated names: each still works for one release and warns with its replacement ----------------
+
+
+def test_deprecated_alarm_thresholds_class_takes_and_reads_the_old_field_names() -> None:
+    from gpu_constructs.training import AlarmThresholds
+
+    with pytest.warns(DeprecationWarning) as caught:
+        thresholds = AlarmThresholds(gpu_low_pct=40, busy_pct=70, idle_gpu_pct=4)
+    messages = [str(w.message) for w in caught]
+    assert any("AlarmThresholds is deprecated" in m and "TrainingAlarms" in m for m in messages)
+    assert any("AlarmThresholds(gpu_low_pct=...) is deprecated" in m and "gpu_low_percent=" in m for m in messages)
+    assert isinstance(thresholds, TrainingAlarms)
+    assert (thresholds.gpu_low_percent, thresholds.busy_percent, thresholds.idle_gpu_percent) == (40, 70, 4)
+    with pytest.warns(DeprecationWarning, match=r"AlarmThresholds\.busy_pct is deprecated.*busy_percent"):
+        assert thresholds.busy_pct == 70
+
+
+def test_deprecated_alarm_thresholds_keyword_still_sets_the_alarms(parts: _Parts) -> None:
+    with pytest.warns(DeprecationWarning, match=r"TrainingPipeline\(alarm_thresholds=\.\.\.\) is deprecated.*alarms="):
+        pipeline = parts.pipeline(alarm_thresholds=TrainingAlarms(gpu_low_percent=33))
+    gpu_low = pipeline.node.find_child("InputBoundGpuLowAlarm").node.default_child
+    assert parts.stack.resolve(gpu_low.threshold) == 33  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match="'alarm_thresholds' and 'alarms' are the same setting"):
+        parts.pipeline(alarm_thresholds=TrainingAlarms(), alarms=TrainingAlarms())
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("source_dir", "containers/training/default_code"),
+        ("entry_point", "train.py"),
+        ("distribution", "single"),
+        ("framework", "pytorch"),
+        ("package_index", True),
+    ],
+)
+def test_deprecated_flat_code_keywords_still_set_the_code(parts: _Parts, keyword: str, value: Any) -> None:
+    match = rf"TrainingPipeline\({keyword}=\.\.\.\) is deprecated.*code=TrainingCodeOptions\({keyword}=\.\.\.\)"
+    with pytest.warns(DeprecationWarning, match=match):
+        pipeline = parts.pipeline(**{keyword: value})
+    assert pipeline.spec.code is not None
+    if keyword != "source_dir":
+        assert getattr(pipeline.spec.code, keyword) == value
+    with pytest.raises(ValidationError, match=rf"'{keyword}' and 'code' are the same settings; give only 'code'"):
+        parts.pipeline(code=TrainingCodeOptions(), **{keyword: value})
+
+
+def test_deprecated_alarm_keys_of_the_config_still_load() -> None:
+    from stacks.config import TrainingConfig
+
+    with pytest.warns(DeprecationWarning, match=r"training\.alarms\(idle_gpu_pct=\.\.\.\) is deprecated"):
+        config = TrainingConfig.model_validate({"alarms": {"idle_gpu_pct": 3}})
+    assert config.alarms.idle_gpu_percent == 3
 
 
 # --------------------------------------------------------------------------------------------------
@@ -583,8 +652,8 @@ def test_an_inference_image_cannot_train(parts: _Parts) -> None:
         ({"dataset_prefix": "imagenet"}, "must be a relative S3 prefix ending in '/'"),
         ({"name": "Train"}, "must be 1-16 lowercase letters"),
         (
-            {"alarms": {"gpu_low_pct": 10, "idle_gpu_pct": 20}},
-            "idle_gpu_pct: 20.0: allowed: less than gpu_low_pct=10.0",
+            {"alarms": {"gpu_low_percent": 10, "idle_gpu_percent": 20}},
+            "idle_gpu_percent: 20.0: allowed: less than gpu_low_percent=10.0",
         ),
     ],
 )

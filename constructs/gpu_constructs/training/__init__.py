@@ -49,6 +49,8 @@ _EXPORTS: dict[str, str] = {
     "AlarmThresholds": "gpu_constructs.training.options",
     "PrepareOptions": "gpu_constructs.training.options",
     "ReadableInput": "gpu_constructs.training.options",
+    "TrainingAlarms": "gpu_constructs.training.options",
+    "TrainingCodeOptions": "gpu_constructs.training.options",
     "TrainingImageLike": "gpu_constructs.training.options",
     "TrainingPipeline": "gpu_constructs.training.pipeline",
     "PROCESSING_NAMESPACE": "gpu_constructs.training.roles",
@@ -57,13 +59,16 @@ _EXPORTS: dict[str, str] = {
     "TRAINING_NAMESPACE": "gpu_constructs.training.roles",
 }
 
-#: The documented API: the construct and the value types of its props. The other names of ``_EXPORTS`` (IAM
+#: The documented API: the construct and the value types of its props (``AlarmThresholds``: deprecated, until it is
+#: removed). The other names of ``_EXPORTS`` (IAM
 #: namespaces, cdk-nag reasons, ``hyperparameter_expression``) serve the library's modules and tests: importable,
 #: not advertised.
 __all__ = [
     "AlarmThresholds",
     "PrepareOptions",
     "ReadableInput",
+    "TrainingAlarms",
+    "TrainingCodeOptions",
     "TrainingImageLike",
     "TrainingPipeline",
 ]
@@ -78,6 +83,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from gpu_constructs.training.options import AlarmThresholds as AlarmThresholds
     from gpu_constructs.training.options import PrepareOptions as PrepareOptions
     from gpu_constructs.training.options import ReadableInput as ReadableInput
+    from gpu_constructs.training.options import TrainingAlarms as TrainingAlarms
+    from gpu_constructs.training.options import TrainingCodeOptions as TrainingCodeOptions
     from gpu_constructs.training.options import TrainingImageLike as TrainingImageLike
     from gpu_constructs.training.pipeline import TrainingPipeline as TrainingPipeline
     from gpu_constructs.training.roles import PROCESSING_NAMESPACE as PROCESSING_NAMESPACE

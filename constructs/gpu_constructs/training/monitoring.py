@@ -8,7 +8,6 @@ instance type) and creates its constructs under ``scope``."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -20,10 +19,8 @@ from constructs import Construct
 from gpu_constructs import nag
 from gpu_constructs.catalog import InstanceType
 from gpu_constructs.topics import alarm_action, rule_target
+from gpu_constructs.training.options import ALARM_PERIOD, TrainingAlarms
 from gpu_constructs.training.roles import TRAINING_NAMESPACE
-
-if TYPE_CHECKING:
-    from gpu_constructs.training.options import AlarmThresholds
 
 __all__ = ["add_alarms", "add_dashboard", "add_failure_rules"]
 
@@ -96,10 +93,11 @@ def _per_unit(query: cloudwatch.MathExpression, count: int, period: Duration, la
 
 
 def add_alarms(
-    scope: Construct, ref: InstanceType, t: AlarmThresholds, topic: sns.ITopic
+    scope: Construct, ref: InstanceType, t: TrainingAlarms, topic: sns.ITopic
 ) -> tuple[cloudwatch.CompositeAlarm, cloudwatch.Alarm]:
     """The input-bound composite alarm and the idle-GPU alarm, each notifying ``topic`` (alarm and OK); ``ref`` is
-    the catalog entry of the setup's instance type (its GPUs and vCPUs scale the per-host sums).
+    the catalog entry of the setup's instance type (its GPUs and vCPUs scale the per-host sums); ``t.period``
+    ``None`` is ``ALARM_PERIOD``.
 
     Every metric alarm holds exactly one Metrics Insights query (plus, at most, math over it), because CloudWatch
     evaluates an alarm with one ``GetMetricData`` request and "Each GetMetricData operation can have only one
@@ -124,7 +122,7 @@ def add_alarms(
     """
     gpus = max(1, ref.nvidia_gpu_count)
     vcpus = max(1, ref.vcpus)
-    period, periods = t.period, t.input_bound_periods
+    period, periods = t.period or ALARM_PERIOD, t.input_bound_periods
     gpu = _insights("AVG", "GPUUtilization", period, "GPU utilization (sum over GPUs)")
     cpu = _insights("AVG", "CPUUtilization", period, "CPU utilization (sum over vCPUs)")
     disk = _insights("AVG", "DiskUtilization", period, "Disk utilization")
@@ -132,8 +130,10 @@ def add_alarms(
     gpu_low = _per_unit(gpu, gpus, period, "GPU utilization per GPU").create_alarm(
         scope,
         "InputBoundGpuLowAlarm",
-        alarm_description=f"{part}average GPU utilization below {t.gpu_low_pct:g}% per GPU of {ref.sagemaker_name}.",
-        threshold=t.gpu_low_pct,
+        alarm_description=(
+            f"{part}average GPU utilization below {t.gpu_low_percent:g}% per GPU of {ref.sagemaker_name}."
+        ),
+        threshold=t.gpu_low_percent,
         comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
         evaluation_periods=periods,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -141,8 +141,8 @@ def add_alarms(
     cpu_busy = _per_unit(cpu, vcpus, period, "CPU utilization per vCPU").create_alarm(
         scope,
         "InputBoundCpuBusyAlarm",
-        alarm_description=f"{part}average CPU utilization above {t.busy_pct:g}% per vCPU of {ref.sagemaker_name}.",
-        threshold=t.busy_pct,
+        alarm_description=f"{part}average CPU utilization above {t.busy_percent:g}% per vCPU of {ref.sagemaker_name}.",
+        threshold=t.busy_percent,
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluation_periods=periods,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -150,8 +150,8 @@ def add_alarms(
     disk_busy = disk.create_alarm(
         scope,
         "InputBoundDiskBusyAlarm",
-        alarm_description=f"{part}average disk utilization above {t.busy_pct:g}%.",
-        threshold=t.busy_pct,
+        alarm_description=f"{part}average disk utilization above {t.busy_percent:g}%.",
+        threshold=t.busy_percent,
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluation_periods=periods,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -174,27 +174,27 @@ def add_alarms(
             ),
         ),
         alarm_description=(
-            f"Training looks input-bound: average GPU utilization below {t.gpu_low_pct:g}% per GPU while CPU "
-            f"(per vCPU of {ref.sagemaker_name}) or disk is above {t.busy_pct:g}%. Data loading or preprocessing "
+            f"Training looks input-bound: average GPU utilization below {t.gpu_low_percent:g}% per GPU while CPU "
+            f"(per vCPU of {ref.sagemaker_name}) or disk is above {t.busy_percent:g}%. Data loading or preprocessing "
             "is the bottleneck: pre-shard the data (gpuctl shard), raise num_workers, or use FSx / FastFile. "
             "Covers every SageMaker training host in this account and region (Metrics Insights)."
         ),
     )
     idle_expr = cloudwatch.MathExpression(
         expression=f"gpumin / {gpus}",
-        using_metrics={"gpumin": _insights("MIN", "GPUUtilization", t.period, "least-used host")},
-        period=t.period,
+        using_metrics={"gpumin": _insights("MIN", "GPUUtilization", period, "least-used host")},
+        period=period,
         label="GPU utilization per GPU of the least-used host",
     )
     idle = idle_expr.create_alarm(
         scope,
         "IdleGpuAlarm",
         alarm_description=(
-            f"A training host's GPUs are idle: utilization below {t.idle_gpu_pct:g}% per GPU for "
+            f"A training host's GPUs are idle: utilization below {t.idle_gpu_percent:g}% per GPU for "
             f"{t.idle_periods} periods. The job may be stuck (data download, a hang in NCCL) or not using the "
             "GPU at all (CPU-only torch build). Covers every SageMaker training host in this account and region."
         ),
-        threshold=t.idle_gpu_pct,
+        threshold=t.idle_gpu_percent,
         comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
         evaluation_periods=t.idle_periods,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,

@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from gpu_constructs.catalog import InstanceType, instance_types, lookup, require_nvidia_gpu
+from gpu_constructs.deprecation import renamed_keywords, warn_deprecated
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs, new_key
 from gpu_constructs.principals import RoleConnectable
@@ -31,7 +32,14 @@ from gpu_constructs.topics import notification_topic
 from gpu_constructs.training.acknowledgments import JOB_GROUP_INTERNAL_REASON, GrantedPrefixes, acknowledge_policy
 from gpu_constructs.training.definition import DefinitionInputs, definition
 from gpu_constructs.training.monitoring import add_alarms, add_dashboard, add_failure_rules
-from gpu_constructs.training.options import AlarmThresholds, PrepareOptions, ReadableInput, TrainingImageLike
+from gpu_constructs.training.options import (
+    PREPARE_MAX_RUNTIME,
+    PrepareOptions,
+    ReadableInput,
+    TrainingAlarms,
+    TrainingCodeOptions,
+    TrainingImageLike,
+)
 from gpu_constructs.training.roles import (
     TrainingJobs,
     grant_read_inputs,
@@ -42,7 +50,6 @@ from gpu_constructs.training.roles import (
 )
 from gpu_constructs.training_spec import (
     DATA_VERSION_PLACEHOLDER,
-    DEFAULT_ENTRY_POINT,
     Channel,
     FsxChannel,
     S3Channel,
@@ -62,6 +69,9 @@ from gpu_constructs.training_spec.code_package import (
 from gpu_constructs.training_spec.rules import as_timedelta
 
 __all__ = ["TrainingPipeline"]
+
+#: The deprecated flat keywords of :class:`TrainingPipeline` that :class:`TrainingCodeOptions` replaces.
+_FLAT_CODE = ("source_dir", "entry_point", "distribution", "framework", "package_index")
 
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
@@ -102,20 +112,12 @@ class TrainingPipeline(RoleConnectable, Construct):
     :param log_retention: state machine log retention (default 90 days).
     :param removal_policy: of the log group and key (default RETAIN).
     :param notification_emails: addresses subscribed to failure and alarm notifications (default none).
-    :param alarm_thresholds: see :class:`AlarmThresholds`.
+    :param alarms: thresholds and periods of the alarms (default: :class:`TrainingAlarms` defaults).
     :param tags: tags of every job (default none).
     :param spec_parameter_name: SSM parameter holding the job spec JSON for ``gpuctl``
         (default ``/<job_name_prefix>/job-spec``).
-    :param source_dir: the folder of the training code, shipped as a CDK S3 asset (the ``code`` channel) and run
-        by the platform's launcher on any image, the stock PyTorch DLC included (default: the built-in trainer,
-        ``containers/training/default_code``). Executions and ``gpuctl train --source-dir`` may run other code.
-    :param entry_point: the script in ``source_dir`` (default ``train.py``).
-    :param distribution: ``auto`` (default: torchrun over every GPU and host when there is more than one
-        process), ``torchrun`` or ``single`` (one plain process per host).
-    :param framework: ``auto`` (default), ``pytorch`` or ``tensorflow``: the GPU check the launcher runs first.
-    :param package_index: the jobs have a route to a package index, so a ``requirements.txt`` of the code is
-        installed from it (default: True only for jobs outside a VPC without network isolation; the platform's
-        stacks pass what the network reaches). Without one only wheels vendored into the code are installed.
+    :param code: the training code, shipped as a CDK S3 asset (the ``code`` channel) and run by the platform's
+        launcher on any image (:class:`TrainingCodeOptions`; default: the built-in trainer).
     :param readable_inputs: the S3 prefixes the jobs may read (:class:`ReadableInput`): the channels a user names
         (``gpuctl train --input``, an execution's ``inputs``) must lie under one, checked before any job is created;
         the job role reads exactly these and the dataset prefix (default: the whole datasets bucket).
@@ -123,6 +125,9 @@ class TrainingPipeline(RoleConnectable, Construct):
         (default: a new role). The setup adds its grants (datasets prefix, artifacts prefixes, image pull,
         logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
         (``iam.Role.from_role_arn(...)``). The prepare step always has a role of its own.
+    :param alarm_thresholds: deprecated: ``alarms``.
+    :param source_dir: deprecated: ``code=TrainingCodeOptions(source_dir=...)``; the same for ``entry_point``,
+        ``distribution``, ``framework`` and ``package_index``.
     """
 
     def __init__(
@@ -160,18 +165,23 @@ class TrainingPipeline(RoleConnectable, Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         notification_emails: Sequence[str] = (),
-        alarm_thresholds: AlarmThresholds | None = None,
+        alarms: TrainingAlarms | None = None,
         tags: Mapping[str, str] | None = None,
         spec_parameter_name: str | None = None,
         role: iam.IRole | None = None,
-        source_dir: str | Path | None = None,
-        entry_point: str = DEFAULT_ENTRY_POINT,
-        distribution: Distribution = "auto",
-        framework: Framework = "auto",
-        package_index: bool | None = None,
+        code: TrainingCodeOptions | None = None,
         readable_inputs: Sequence[ReadableInput] | None = None,
+        alarm_thresholds: TrainingAlarms | None = None,
+        source_dir: str | Path | None = None,
+        entry_point: str | None = None,
+        distribution: Distribution | None = None,
+        framework: Framework | None = None,
+        package_index: bool | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        alarms, code = self._current_props(
+            alarms, code, alarm_thresholds, source_dir, entry_point, distribution, framework, package_index
+        )
         self._validate_image(image, instance_type)
         self._validate_prefix(job_name_prefix)
         self._validate_dataset_prefix(dataset_prefix)
@@ -218,11 +228,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             data_version=data_version,
             production=production,
             tags=tags,
-            source_dir=source_dir,
-            entry_point=entry_point,
-            distribution=distribution,
-            framework=framework,
-            package_index=package_index,
+            code=code,
         )
         self.allowed_instance_types = self._allowed_types(allowed_instance_types, instance)
 
@@ -235,7 +241,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         # -- the state machine, its notifications and monitoring ----------------------------------------
         self.encryption_key = self._encryption_key(encryption_key, removal_policy)
         self._state_machine(data_version, prepare, log_retention, removal_policy)
-        self._monitoring(instance, alarm_thresholds, notification_emails)
+        self._monitoring(instance, alarms, notification_emails)
         self.spec_parameter = self._publish_spec(spec_parameter_name)
 
     # -- grants -----------------------------------------------------------------------------------------
@@ -259,6 +265,32 @@ class TrainingPipeline(RoleConnectable, Construct):
         )
 
     # -- validation -------------------------------------------------------------------------------------
+
+    def _current_props(
+        self,
+        alarms: TrainingAlarms | None,
+        code: TrainingCodeOptions | None,
+        alarm_thresholds: TrainingAlarms | None,
+        *flat_code: Any,
+    ) -> tuple[TrainingAlarms, TrainingCodeOptions]:
+        """``alarms`` and ``code`` (checked), or what the deprecated keywords (``alarm_thresholds``; ``flat_code`` in
+        ``_FLAT_CODE`` order) give. Each deprecated keyword warns once, at the user's line: the stack levels count
+        this method, ``__init__`` and jsii's constructor call. A setting given both ways is refused, so none is
+        silently dropped."""
+        renamed = {"alarm_thresholds": alarm_thresholds} if alarm_thresholds is not None else {}
+        alarms = renamed_keywords(
+            "TrainingPipeline", {"alarms": alarms, **renamed}, {"alarm_thresholds": "alarms"}, stacklevel=6
+        )["alarms"]
+        given = {name: value for name, value in zip(_FLAT_CODE, flat_code, strict=True) if value is not None}
+        if given and code is not None:
+            raise ValidationError(
+                path_of(self), f"{', '.join(map(repr, given))} and 'code' are the same settings; give only 'code'"
+            )
+        for name in given:
+            warn_deprecated(f"TrainingPipeline({name}=...)", f"code=TrainingCodeOptions({name}=...)", stacklevel=5)
+        code = code if code is not None else TrainingCodeOptions(**given)
+        code.validate(path_of(self))
+        return alarms or TrainingAlarms(), code
 
     def _validate_image(self, image: TrainingImageLike, instance_type: str) -> None:
         where = path_of(self)
@@ -341,11 +373,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         data_version: str,
         production: bool,
         tags: Mapping[str, str] | None,
-        source_dir: str | Path | None,
-        entry_point: str,
-        distribution: Distribution,
-        framework: Framework,
-        package_index: bool | None,
+        code: TrainingCodeOptions,
     ) -> TrainingJobSpec:
         """The training jobs: their execution role (``self.role``) with what it reads (``self.readable_inputs``)
         and writes, their code package, and the validated job spec on ``instance_type`` (``instance``: its catalog
@@ -360,13 +388,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             self, self.role, self.readable_options, self.dataset_prefix, storage=self.storage
         )
         artifacts = self.storage.artifacts_bucket.bucket_name
-        code = self._code(
-            source_dir,
-            entry_point,
-            distribution,
-            framework,
-            (vpc is None and not network_isolation) if package_index is None else package_index,
-        )
+        package_index = (vpc is None and not network_isolation) if code.package_index is None else code.package_index
         return TrainingJobSpec(
             image_uri=self.image.image_uri,
             role_arn=self.role.role_arn,
@@ -396,20 +418,15 @@ class TrainingPipeline(RoleConnectable, Construct):
             max_retry_attempts=max_retry_attempts,
             job_name_prefix=self.job_name_prefix,
             tags=dict(tags or {}),
-            code=code,
+            code=self._code(code, package_index),
             readable_inputs=self.readable_inputs,
         ).validate(path_of(self))
 
-    def _code(
-        self,
-        source_dir: str | Path | None,
-        entry_point: str,
-        distribution: Distribution,
-        framework: Framework,
-        package_index: bool,
-    ) -> TrainingCode:
+    def _code(self, options: TrainingCodeOptions, package_index: bool) -> TrainingCode:
         """The code package and the launcher as S3 assets the execution role may read; executions may also run
-        packages under ``code/<job_name_prefix>/`` of the artifacts bucket (what ``gpuctl train`` uploads)."""
+        packages under ``code/<job_name_prefix>/`` of the artifacts bucket (what ``gpuctl train`` uploads).
+        ``package_index`` is ``options.package_index`` resolved for the jobs' network."""
+        source_dir, entry_point = options.source_dir, options.entry_point
         builtin = source_dir is None
         try:
             package_file, _package = ensure_source_package(
@@ -430,8 +447,8 @@ class TrainingPipeline(RoleConnectable, Construct):
             source_s3_uri=self.code_asset.s3_object_url,
             drivers_s3_uri=self.driver_asset.s3_object_url,
             entry_point=entry_point,
-            distribution=distribution,
-            framework=framework,
+            distribution=options.distribution,
+            framework=options.framework,
             package_index=package_index,
             upload_prefix=f"s3://{self.storage.artifacts_bucket.bucket_name}/{self.code_prefix}",
             builtin=builtin,
@@ -567,7 +584,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             shard_size=prepare.shard_size,
             seed=prepare.seed,
             command=tuple(prepare.command),
-            max_runtime=as_timedelta(prepare.max_runtime),
+            max_runtime=as_timedelta(prepare.max_runtime or PREPARE_MAX_RUNTIME),
             subnets=self.spec.subnets,
             security_group_ids=self.spec.security_group_ids,
             inter_container_encryption=self.spec.inter_container_encryption,
@@ -661,10 +678,10 @@ class TrainingPipeline(RoleConnectable, Construct):
             self._granted_prefixes(),
         )
 
-    def _monitoring(self, ref: InstanceType, alarm_thresholds: AlarmThresholds | None, emails: Sequence[str]) -> None:
+    def _monitoring(self, ref: InstanceType, alarms: TrainingAlarms, emails: Sequence[str]) -> None:
         """The notification topic, failure rules, alarms (scaled to ``ref``, the instance type's catalog entry) and
         the dashboard."""
-        thresholds = (alarm_thresholds or AlarmThresholds()).validate(path_of(self))
+        alarms.validate(path_of(self))
         # Alarm actions and the rule targets admit CloudWatch and EventBridge on the topic and key.
         self.topic = notification_topic(
             self,
@@ -676,7 +693,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         self.failure_rule, self.execution_failed_rule = add_failure_rules(
             self, self.job_name_prefix, self.state_machine, self.topic
         )
-        self.input_bound_alarm, self.idle_gpu_alarm = add_alarms(self, ref, thresholds, self.topic)
+        self.input_bound_alarm, self.idle_gpu_alarm = add_alarms(self, ref, alarms, self.topic)
         self.dashboard = add_dashboard(
             self,
             self.job_name_prefix,

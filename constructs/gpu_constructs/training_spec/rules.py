@@ -119,22 +119,26 @@ def processing_type_allowed(instance_type: str, *, where: str, param: str = "ins
 
 def alarm_threshold_problems(thresholds: Any) -> list[tuple[str, Any, str]]:
     """``(name, value, allowed)`` of every bad training alarm threshold: percentages in (0, 100], idle below
-    input-bound, at least one period. ``thresholds`` has ``gpu_low_pct``, ``busy_pct``, ``idle_gpu_pct``,
-    ``input_bound_periods`` and ``idle_periods``: ``gpu_constructs.training.AlarmThresholds`` and the config's
-    ``training.alarms`` apply the same rule."""
-    gpu_low_pct, idle_gpu_pct = thresholds.gpu_low_pct, thresholds.idle_gpu_pct
-    busy_pct = thresholds.busy_pct
+    input-bound, at least one period. ``thresholds`` has ``gpu_low_percent``, ``busy_percent``,
+    ``idle_gpu_percent``, ``input_bound_periods`` and ``idle_periods``: ``gpu_constructs.training.TrainingAlarms``
+    and the config's ``training.alarms`` apply the same rule."""
+    gpu_low_percent, idle_gpu_percent = thresholds.gpu_low_percent, thresholds.idle_gpu_percent
+    busy_percent = thresholds.busy_percent
     input_bound_periods, idle_periods = thresholds.input_bound_periods, thresholds.idle_periods
     out: list[tuple[str, Any, str]] = []
-    for name, value in (("gpu_low_pct", gpu_low_pct), ("busy_pct", busy_pct), ("idle_gpu_pct", idle_gpu_pct)):
+    for name, value in (
+        ("gpu_low_percent", gpu_low_percent),
+        ("busy_percent", busy_percent),
+        ("idle_gpu_percent", idle_gpu_percent),
+    ):
         if not 0 < value <= 100:
             out.append((name, value, "a percentage in (0, 100]"))
-    if idle_gpu_pct >= gpu_low_pct:
+    if idle_gpu_percent >= gpu_low_percent:
         out.append(
             (
-                "idle_gpu_pct",
-                idle_gpu_pct,
-                f"less than gpu_low_pct={gpu_low_pct} (idle means lower than input-bound)",
+                "idle_gpu_percent",
+                idle_gpu_percent,
+                f"less than gpu_low_percent={gpu_low_percent} (idle means lower than input-bound)",
             )
         )
     for name, count in (("input_bound_periods", input_bound_periods), ("idle_periods", idle_periods)):
