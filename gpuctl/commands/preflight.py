@@ -272,7 +272,7 @@ def compute_needs(config: Any) -> Needs:
 def load_env_config(env: str) -> Any:
     """``config/<env>.yaml`` through the app's typed loader (the working directory's ``config/`` first)."""
     try:
-        from stacks.config import ConfigError, load_config
+        from stacks.config import ConfigError, available_envs, load_config
     except ModuleNotFoundError as exc:
         raise PreflightError(
             f"--env needs the platform's config loader ({exc.name}), which is not installed here; run gpuctl from "
@@ -280,13 +280,18 @@ def load_env_config(env: str) -> Any:
         ) from None
     from gpuctl.training_setup import config_dirs
 
-    for directory in config_dirs():
+    directories = [d for d in dict.fromkeys(config_dirs()) if d.is_dir()]
+    for directory in directories:
         if (directory / f"{env}.yaml").is_file():
             try:
                 return load_config(env, Path(directory))
             except ConfigError as exc:
                 raise PreflightError(f"configuration error: {exc}") from None
-    raise PreflightError(f"--env {env!r}: no {env}.yaml in {', '.join(str(d) for d in config_dirs())}")
+    allowed = sorted({name for d in directories for name in available_envs(d)})
+    raise PreflightError(
+        f"--env {env!r}: no {env}.yaml in {', '.join(str(d) for d in directories) or 'config/'}; "
+        f"allowed environments: {', '.join(allowed) or 'none found'}"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,6 +349,10 @@ def _call(operation: str, region: str, pages: Callable[[], Iterable[dict[str, An
     except Exception as exc:  # botocore's errors share no base class with the credential errors
         if not type(exc).__module__.startswith("botocore"):
             raise
+        if type(exc).__name__ == "CredentialRetrievalError":
+            raise PreflightError(
+                f"AWS credentials could not be loaded ({exc}); sign in again or set AWS_PROFILE"
+            ) from None
         response: dict[str, Any] = getattr(exc, "response", None) or {}
         code = str(response.get("Error", {}).get("Code", ""))
         if code in _ACCESS_DENIED:
