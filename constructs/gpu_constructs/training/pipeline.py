@@ -23,6 +23,7 @@ from gpu_constructs.catalog import InstanceType, instance_types, lookup, require
 from gpu_constructs.deprecation import renamed_keywords, warn_deprecated
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs, new_key
+from gpu_constructs.network import select_subnets
 from gpu_constructs.principals import RoleConnectable
 from gpu_constructs.removal import named_log_group
 from gpu_constructs.s3_keys import as_key_prefix, is_relative_key
@@ -379,7 +380,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         and writes, their code package, and the validated job spec on ``instance_type`` (``instance``: its catalog
         entry) that the state machine and ``gpuctl`` run."""
         vpc = self.vpc
-        subnet_ids = vpc.select_subnets(**_selection_kwargs(vpc_subnets)).subnet_ids if vpc is not None else []
+        subnet_ids = select_subnets(vpc, vpc_subnets).subnet_ids if vpc is not None else []
         output_prefix = f"output/{self.job_name_prefix}/"
         checkpoint_prefix = f"checkpoints/{self.job_name_prefix}/"
         self.role = self._execution_role(role, vpc, output_prefix, checkpoint_prefix if spot else None)
@@ -720,20 +721,3 @@ class TrainingPipeline(RoleConnectable, Construct):
 def _as_prefix(prefix: str) -> str:
     """``prefix`` ending in '/' (``s3_keys.as_key_prefix``); an unchecked '' (``prepare.source_prefix``) gives '/'."""
     return as_key_prefix(prefix) or "/"
-
-
-def _selection_kwargs(selection: ec2.SubnetSelection | None) -> dict[str, Any]:
-    if selection is None:
-        return {}
-    return {
-        k: v
-        for k, v in {
-            "availability_zones": selection.availability_zones,
-            "one_per_az": selection.one_per_az,
-            "subnet_filters": selection.subnet_filters,
-            "subnet_group_name": selection.subnet_group_name,
-            "subnets": selection.subnets,
-            "subnet_type": selection.subnet_type,
-        }.items()
-        if v is not None
-    }
