@@ -43,6 +43,7 @@ class ImageFromParameter:
         self.usage = image.usage
         self.cuda_version = image.cuda_version
         self.kind = getattr(image, "kind", None)
+        self.runtime = image.runtime
         self.parameter_name = parameter_name
 
     def require_usage(self, expected: Usage, where: str) -> Any:

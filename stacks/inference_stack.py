@@ -31,13 +31,13 @@ from gpu_constructs.endpoint import (
     LogMetricFilterSpec,
     monitoring_key,
 )
+from gpu_constructs.endpoint.protocols import image_runtime
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.topics import Publisher, notification_topic
 from gpu_serve.metrics import LOG_METRIC_FILTERS
 from stacks.base import WorkloadStack
 from stacks.config import EndpointAsyncConfig, EndpointConfig, InferenceConfig
-from stacks.config.images import inference_runtime
 from stacks.context import StackContext
 from stacks.image_parameter import image_from_parameter
 from stacks.naming import pascal_case
@@ -67,7 +67,7 @@ class InferenceStack(WorkloadStack):
     """SageMaker real-time and asynchronous GPU endpoints with guardrails, per ``inference`` in config.
 
     :param inference: the ``inference`` section; kept as ``inference``.
-    :param image: the inference image (the images stack's); its kind says which server runs in it.
+    :param image: the inference image (the images stack's); its ``runtime`` says which server runs in it.
     """
 
     def __init__(
@@ -86,7 +86,7 @@ class InferenceStack(WorkloadStack):
         self.inference = inference
         # The platform image runs gpu_serve; a prebuilt DLC runs TorchServe (its own batching variables, and
         # none of gpu_serve's JSON log lines to turn into metrics).
-        self.runtime = inference_runtime(getattr(image, "kind", None))
+        self.runtime = image_runtime(image)
         image = image_from_parameter(self, image, context, "inference")
         self.image = image
 
@@ -117,7 +117,7 @@ class InferenceStack(WorkloadStack):
             capture = replace(settings.data_capture.capture(), bucket=artifacts, prefix=DATA_CAPTURE_PREFIX)
         if settings.async_inference is not None:
             async_config = self._async_inference(cid, name, settings.async_inference, artifacts)
-        gpu_serve = self.runtime == "gpu_serve"
+        gpu_serve = self.runtime != "torchserve"
 
         endpoint = GpuEndpoint(
             self,

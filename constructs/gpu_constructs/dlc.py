@@ -246,6 +246,18 @@ TORCHSERVE_MAX_BATCH_DELAY_ENV = "SAGEMAKER_TS_MAX_BATCH_DELAY"
 #: The largest TorchServe batch that is safe on the DLC's handler (its own default, ``DEFAULT_TS_BATCH_SIZE``).
 TORCHSERVE_SAFE_BATCH_SIZE = 1
 
+#: The model server an inference image runs. Its batching variables, log metrics and environment checks follow
+#: from it (``gpu_constructs.endpoint.GpuEndpoint``, the inference stack and the config read it).
+InferenceRuntime = Literal["gpu_serve", "torchserve"]
+
+
+def inference_runtime(kind: str | None) -> InferenceRuntime:
+    """The model server an inference image of ``kind`` (``GpuImage.kind``, the config's ``images.inference.kind``)
+    runs: the stock DLC runs TorchServe (with the SageMaker PyTorch toolkit's handler); the platform's image, built
+    (``codebuild``/``asset``) or pushed (``ecr``), runs gpu_serve."""
+    return "torchserve" if kind == "dlc" else "gpu_serve"
+
+
 #: ``<account>.dkr.ecr.<region>.<dns suffix>/pytorch-inference:<tag>`` (the account may be a template token).
 _PYTORCH_INFERENCE_DLC = re.compile(
     r"^(?P<account>\d{12}|\$\{[^}]*\})\.dkr\.ecr\.(?:[a-z0-9-]+|\$\{[^}]*\})\.(?:[a-z0-9.]+|\$\{[^}]*\})"

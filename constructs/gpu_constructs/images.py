@@ -43,8 +43,10 @@ from gpu_constructs.dlc import (
     IMAGE_USAGES,
     DlcImage,
     ImageUsage,
+    InferenceRuntime,
     dlc_image_uri,
     dlc_table_from_sdk,
+    inference_runtime,
     partition_of,
     resolve_dlc,
 )
@@ -428,8 +430,8 @@ class _Build(NamedTuple):
 class ImageLike(Protocol):
     """What the training pipeline and the endpoint need from a container image (:class:`GpuImage` provides it).
 
-    The one image protocol: ``gpu_constructs.endpoint.InferenceImage`` and
-    ``gpu_constructs.training.TrainingImageLike`` are this protocol under their former names.
+    The one image protocol: ``gpu_constructs.training.TrainingImageLike`` is this protocol under its former name;
+    ``gpu_constructs.endpoint.InferenceImage`` extends it with the model server the image runs (``runtime``).
     """
 
     @property
@@ -452,8 +454,9 @@ class GpuImage:
     """A container image for GPU training or inference. Create it with one of the four factories.
 
     Attributes: ``image_uri`` (may be a token), ``usage``, ``cuda_version`` (``"12.8"`` or None when
-    unknown), ``kind`` (dlc, codebuild, asset, ecr), ``repository`` (the ECR repository when this project
-    knows it) and ``construct`` (what the factory created, if anything).
+    unknown), ``kind`` (dlc, codebuild, asset, ecr), ``runtime`` (the model server of an inference image),
+    ``repository`` (the ECR repository when this project knows it) and ``construct`` (what the factory created,
+    if anything).
     """
 
     def __init__(
@@ -482,6 +485,12 @@ class GpuImage:
     def __repr__(self) -> str:
         uri = "<token>" if is_token(self.image_uri) else self.image_uri
         return f"GpuImage({self.kind}, {self.usage}, cuda={self.cuda_version}, {uri})"
+
+    @property
+    def runtime(self) -> InferenceRuntime | None:
+        """The model server this inference image runs (``torchserve`` on a DLC, else ``gpu_serve``); None for a
+        training image. Consumers ask this instead of interpreting :attr:`kind`."""
+        return inference_runtime(self.kind) if self.usage == "inference" else None
 
     # -- compatibility ----------------------------------------------------------------------------------
 

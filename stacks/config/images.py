@@ -6,6 +6,10 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
+# The model server of an inference image of a configured kind is the library's rule (``GpuImage.runtime`` follows
+# it too), re-exported for the config's checks, which run before any image exists.
+from gpu_constructs.dlc import InferenceRuntime as InferenceRuntime
+from gpu_constructs.dlc import inference_runtime as inference_runtime
 from stacks.config._base import Allowed, StrictModel
 
 ImageKindName = Literal["dlc", "codebuild", "asset", "ecr"]
@@ -103,16 +107,6 @@ class ImagesConfig(StrictModel):
             "max_image_count": self.max_image_count,
             "untagged_image_expiry": Duration.days(self.untagged_image_expiry_days),
         }
-
-
-InferenceRuntime = Literal["torchserve", "gpu_serve"]
-
-
-def inference_runtime(kind: str | None) -> InferenceRuntime:
-    """The model server an inference image of ``kind`` runs: the stock DLC runs TorchServe (with the SageMaker
-    PyTorch toolkit's handler); the platform's image, built (``codebuild``/``asset``) or pushed (``ecr``), runs
-    gpu_serve. Its batching variables, log metrics and environment checks follow from it."""
-    return "torchserve" if kind == "dlc" else "gpu_serve"
 
 
 def image_cuda_version(spec: ImageSpec, usage: Literal["training", "inference"]) -> str | None:

@@ -24,6 +24,20 @@ from gpu_constructs.endpoint.base import (
     VOLUME_SIZE_RANGE_GB,
     SettingError,
 )
+from gpu_constructs.endpoint.capacity import (
+    COOLDOWN_RANGE_S,
+    DEFAULT_BAKE_S,
+    DEFAULT_CANARY_PERCENT,
+    DEFAULT_LINEAR_STEP_PERCENT,
+    DEFAULT_SCALE_IN_COOLDOWN_S,
+    DEFAULT_SCALE_OUT_COOLDOWN_S,
+    DEFAULT_TERMINATION_WAIT_S,
+)
+from gpu_constructs.endpoint.checks import (
+    DEFAULT_MODEL_DOWNLOAD_TIMEOUT_S,
+    DEFAULT_MODEL_LATENCY_P99_MS,
+    DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT_S,
+)
 from gpu_constructs.s3_keys import has_key_characters
 from stacks.config._base import Allowed, StrictModel
 
@@ -48,7 +62,7 @@ ExecutionMinutes = Annotated[
     int | None, Field(ge=MIN_EXECUTION_TIMEOUT_S // 60, le=MAX_EXECUTION_TIMEOUT_S // 60), Allowed("minutes")
 ]
 #: A scaling cooldown, in seconds.
-CooldownSeconds = Annotated[int, Field(ge=0, le=3600), Allowed("seconds")]
+CooldownSeconds = Annotated[int, Field(ge=COOLDOWN_RANGE_S[0], le=COOLDOWN_RANGE_S[1]), Allowed("seconds")]
 
 _ENDPOINT_KEY = re.compile(r"[a-z0-9](-?[a-z0-9]){0,29}")
 
@@ -166,8 +180,12 @@ class EndpointDeploymentConfig(StrictModel):
     step_percent: int | None = Field(
         None, description="canary: canary size 1-50 % (default 10); linear: step 10-50 % (default 25)"
     )
-    wait_minutes: BakeMinutes = Field(5, description="Bake time after each shift, minutes (0-60); alarms are watched")
-    termination_wait_minutes: BakeMinutes = Field(0, description="Keep the old fleet this long after the shift (0-60)")
+    wait_minutes: BakeMinutes = Field(
+        DEFAULT_BAKE_S // 60, description="Bake time after each shift, minutes (0-60); alarms are watched"
+    )
+    termination_wait_minutes: BakeMinutes = Field(
+        DEFAULT_TERMINATION_WAIT_S // 60, description="Keep the old fleet this long after the shift (0-60)"
+    )
     max_execution_timeout_minutes: ExecutionMinutes = Field(
         None, description="Deployment time limit, minutes (10-480; default: bake times + model start-up + 10)"
     )
@@ -189,7 +207,9 @@ class EndpointDeploymentConfig(StrictModel):
     def step(self) -> int | None:
         if self.traffic == "all_at_once":
             return None
-        return self.step_percent or (10 if self.traffic == "canary" else 25)
+        return self.step_percent or (
+            DEFAULT_CANARY_PERCENT if self.traffic == "canary" else DEFAULT_LINEAR_STEP_PERCENT
+        )
 
     def blue_green(self) -> BlueGreenDeployment:
         """The library's :class:`~gpu_constructs.endpoint.BlueGreenDeployment` of these settings."""
@@ -212,7 +232,9 @@ class EndpointAlarmsConfig(StrictModel):
     """Alarm thresholds: they notify the alarm topic and roll deployments back."""
 
     max_5xx_percent: float = Field(1.0, description="5xx responses, % of invocations (0-100]")
-    max_model_latency_p99_ms: float = Field(1000, description="ModelLatency p99, milliseconds (> 0)")
+    max_model_latency_p99_ms: float = Field(
+        DEFAULT_MODEL_LATENCY_P99_MS, description="ModelLatency p99, milliseconds (> 0)"
+    )
     max_gpu_memory_percent: float = Field(90, description="GPU memory used, % per GPU (0-100]")
     evaluation_periods: Annotated[int, Field(ge=1, le=60), Allowed()] = Field(
         3, description="One-minute periods evaluated (1-60)"
@@ -260,8 +282,12 @@ class EndpointAutoscalingConfig(StrictModel):
     target: float = Field(description="Target value of the metric (> 0; at most 100 for gpu_utilization)")
     min_capacity: int = Field(description="Fewest instances (0 only for async endpoints: scale to zero)")
     max_capacity: int = Field(description="Most instances (>= min_capacity)")
-    scale_in_cooldown_seconds: CooldownSeconds = Field(300, description="Wait after a scale-in, seconds (0-3600)")
-    scale_out_cooldown_seconds: CooldownSeconds = Field(60, description="Wait after a scale-out, seconds (0-3600)")
+    scale_in_cooldown_seconds: CooldownSeconds = Field(
+        DEFAULT_SCALE_IN_COOLDOWN_S, description="Wait after a scale-in, seconds (0-3600)"
+    )
+    scale_out_cooldown_seconds: CooldownSeconds = Field(
+        DEFAULT_SCALE_OUT_COOLDOWN_S, description="Wait after a scale-out, seconds (0-3600)"
+    )
 
     def target_tracking(self) -> EndpointAutoscaling:
         """The library's :class:`~gpu_constructs.endpoint.EndpointAutoscaling` of these settings."""
@@ -318,10 +344,10 @@ class EndpointConfig(StrictModel):
         None, description="EBS ML storage volume, GB (1-512), only for types without local NVMe"
     )
     model_download_timeout_seconds: TimeoutSeconds = Field(
-        1200, description="Model download and extract limit (60-3600 s)"
+        DEFAULT_MODEL_DOWNLOAD_TIMEOUT_S, description="Model download and extract limit (60-3600 s)"
     )
     startup_health_check_timeout_seconds: TimeoutSeconds = Field(
-        600, description="Container start-up /ping limit (60-3600 s)"
+        DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT_S, description="Container start-up /ping limit (60-3600 s)"
     )
     network_isolation: bool = Field(True, description="No network access for the container")
     batching: EndpointBatchingConfig | None = Field(

@@ -30,13 +30,16 @@ CloudFormation then replaces the model and config itself, which the generated na
 
 The package, one concept per module:
 
-* value types, each with its own ``validate``: :mod:`.model_data` (``ModelData``), :mod:`.batching`
+* value types, each with its own ``validate``: :mod:`.model_data` (``ModelData`` and its sources
+  ``BucketModelData``, ``UriModelData``, ``SsmParameterModelData``), :mod:`.batching`
   (``Batching``, ``BatchingEnv``, the environment's rules), :mod:`.capture` (``DataCapture``,
   ``AsyncInference``), :mod:`.deployment` (``BlueGreenDeployment``), :mod:`.alarms` (``EndpointAlarms``),
-  :mod:`.scaling` (``EndpointAutoscaling``), :mod:`.capacity` (``OffHoursSchedule``, the scaling and
-  traffic-shifting capacity rules), :mod:`.checks` (the rules of alarms, data capture and async inference);
-  :mod:`.protocols` (what the endpoint needs from an image and a log metric filter); :mod:`.base` (shared names,
-  ``SettingError``);
+  :mod:`.scaling` (``EndpointAutoscaling``), :mod:`.capacity` (``OffHoursSchedule``; the scaling rules, written
+  once: target tracking, cooldowns, traffic-shifting capacity and their defaults), :mod:`.checks` (the rules and
+  defaults of alarms, hosting timeouts, data capture and async inference); a duration a value type is not given
+  stays ``None`` and the construct resolves it from those defaults, which the config uses too;
+  :mod:`.protocols` (what the endpoint needs from an image, its ``runtime`` included, and a log metric filter);
+  :mod:`.base` (shared names, ``SettingError``);
 * :mod:`.construct` (``GpuEndpoint``: the resources and the rules across its inputs);
 * :mod:`.monitoring` (metrics, monitoring key, rollback alarms, log metric filters, dashboard),
   :mod:`.autoscaling` (scalable target, policies, schedule), :mod:`.acknowledgments` (cdk-nag).
@@ -70,6 +73,9 @@ _EXPORTS: dict[str, str] = {
     "GpuEndpoint": "gpu_constructs.endpoint.construct",
     "BlueGreenDeployment": "gpu_constructs.endpoint.deployment",
     "ModelData": "gpu_constructs.endpoint.model_data",
+    "BucketModelData": "gpu_constructs.endpoint.model_data",
+    "UriModelData": "gpu_constructs.endpoint.model_data",
+    "SsmParameterModelData": "gpu_constructs.endpoint.model_data",
     "grant_objects": "gpu_constructs.endpoint.model_data",
     "monitoring_key": "gpu_constructs.endpoint.monitoring",
     "InferenceImage": "gpu_constructs.endpoint.protocols",
@@ -89,6 +95,7 @@ __all__ = [
     "Batching",
     "BatchingEnv",
     "BlueGreenDeployment",
+    "BucketModelData",
     "DataCapture",
     "EndpointAlarms",
     "EndpointAutoscaling",
@@ -97,6 +104,8 @@ __all__ = [
     "LogMetricFilterSpec",
     "ModelData",
     "OffHoursSchedule",
+    "SsmParameterModelData",
+    "UriModelData",
     "monitoring_key",
 ]
 
@@ -119,7 +128,10 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from gpu_constructs.endpoint.capture import DataCapture as DataCapture
     from gpu_constructs.endpoint.construct import GpuEndpoint as GpuEndpoint
     from gpu_constructs.endpoint.deployment import BlueGreenDeployment as BlueGreenDeployment
+    from gpu_constructs.endpoint.model_data import BucketModelData as BucketModelData
     from gpu_constructs.endpoint.model_data import ModelData as ModelData
+    from gpu_constructs.endpoint.model_data import SsmParameterModelData as SsmParameterModelData
+    from gpu_constructs.endpoint.model_data import UriModelData as UriModelData
     from gpu_constructs.endpoint.model_data import grant_objects as grant_objects
     from gpu_constructs.endpoint.monitoring import monitoring_key as monitoring_key
     from gpu_constructs.endpoint.protocols import InferenceImage as InferenceImage

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack, TimeZone
+from aws_cdk import Duration, Stack, TimeZone
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
+from gpu_constructs.endpoint.capacity import DEFAULT_SCALE_IN_COOLDOWN_S, DEFAULT_SCALE_OUT_COOLDOWN_S
 from gpu_constructs.endpoint.monitoring import EndpointMetrics
 from gpu_constructs.endpoint.scaling import EndpointAutoscaling, OffHoursSchedule
 
@@ -61,13 +62,21 @@ def add_autoscaling(
     return target
 
 
+def cooldowns(scaling: EndpointAutoscaling) -> tuple[Duration, Duration]:
+    """The scale-in and scale-out cooldowns of ``scaling``: each one given, else its default from
+    :mod:`~gpu_constructs.endpoint.capacity` (the config takes its defaults from there too)."""
+    scale_in, scale_out = scaling.scale_in_cooldown, scaling.scale_out_cooldown
+    return (
+        Duration.seconds(DEFAULT_SCALE_IN_COOLDOWN_S) if scale_in is None else scale_in,
+        Duration.seconds(DEFAULT_SCALE_OUT_COOLDOWN_S) if scale_out is None else scale_out,
+    )
+
+
 def _track(
     target: appscaling.ScalableTarget, metrics: EndpointMetrics, scaling: EndpointAutoscaling, gpu_count: int
 ) -> None:
-    common: dict[str, Any] = {
-        "scale_in_cooldown": scaling.scale_in_cooldown,
-        "scale_out_cooldown": scaling.scale_out_cooldown,
-    }
+    scale_in, scale_out = cooldowns(scaling)
+    common: dict[str, Any] = {"scale_in_cooldown": scale_in, "scale_out_cooldown": scale_out}
     if scaling.metric == "invocations_per_instance":
         target.scale_to_track_metric(
             "InvocationsPerInstanceTracking",
@@ -101,7 +110,7 @@ def _track(
                 appscaling.ScalingInterval(lower=0.5, change=1),
             ],
             adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            cooldown=scaling.scale_out_cooldown,
+            cooldown=scale_out,
             evaluation_periods=1,
         )
 

@@ -1,8 +1,16 @@
-"""How many instances may serve: the rules of target tracking (:func:`check_target_tracking`, used by
-:class:`~gpu_constructs.endpoint.scaling.EndpointAutoscaling`), of shifting traffic (:func:`check_shifting_capacity`,
-used by :class:`~gpu_constructs.endpoint.deployment.BlueGreenDeployment`) and :class:`OffHoursSchedule`.
+"""How many instances may serve, and how fast that changes: the endpoint's scaling rules, written once.
 
-No ``aws_cdk`` here: the config model checks its settings with these rules without loading the CDK.
+* target tracking: :func:`check_target_tracking` (used by
+  :class:`~gpu_constructs.endpoint.scaling.EndpointAutoscaling`), the cooldowns' defaults and limit
+  (:data:`DEFAULT_SCALE_IN_COOLDOWN_S`, :data:`DEFAULT_SCALE_OUT_COOLDOWN_S`, :data:`COOLDOWN_RANGE_S`);
+* shifting traffic: :func:`check_shifting_capacity` (used by
+  :class:`~gpu_constructs.endpoint.deployment.BlueGreenDeployment`), the canary and linear step defaults and the
+  default bake time;
+* :class:`OffHoursSchedule`.
+
+No ``aws_cdk`` here: the config model checks its settings with these rules and takes its defaults from these
+constants without loading the CDK; the value types leave a ``Duration`` they are not given as ``None`` and the
+construct resolves it from the same constants.
 """
 
 from __future__ import annotations
@@ -17,6 +25,23 @@ from gpu_constructs.errors import is_token
 
 ScalingMetric = Literal["invocations_per_instance", "gpu_utilization", "backlog_per_instance"]
 _WEEK_DAYS_RE = re.compile(r"^(MON|TUE|WED|THU|FRI|SAT|SUN)([-,](MON|TUE|WED|THU|FRI|SAT|SUN))*$")
+
+#: Wait after a scale-in before the next one, in seconds: 5 minutes, so a dip in traffic does not drain the fleet.
+DEFAULT_SCALE_IN_COOLDOWN_S = 300
+#: Wait after a scale-out, in seconds: 1 minute (a new GPU instance takes minutes to start serving).
+DEFAULT_SCALE_OUT_COOLDOWN_S = 60
+#: The cooldowns the config accepts, in seconds (up to an hour).
+COOLDOWN_RANGE_S = (0, 3600)
+
+#: Bake time after a traffic shift while the rollback alarms are watched, in seconds (all at once, linear steps).
+DEFAULT_BAKE_S = 300
+#: Bake time of a canary, in seconds: longer, since the canary carries a small share of the traffic.
+DEFAULT_CANARY_BAKE_S = 600
+#: Extra time the old fleet is kept after the last shift, in seconds.
+DEFAULT_TERMINATION_WAIT_S = 0
+#: Default canary size and linear step, in percent of the variant's capacity.
+DEFAULT_CANARY_PERCENT = 10
+DEFAULT_LINEAR_STEP_PERCENT = 25
 
 
 def check_target_tracking(

@@ -12,6 +12,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 
+from gpu_constructs.deprecation import warn_deprecated
 from gpu_constructs.endpoint.acknowledgments import ASYNC_PREFIX_REASON, CAPTURE_PREFIX_REASON
 from gpu_constructs.endpoint.base import check_prefix, invalid
 from gpu_constructs.endpoint.checks import check_async_concurrency, check_data_capture
@@ -106,13 +107,19 @@ class AsyncInference:
     def validate(self, where: str) -> None:
         """Raise a :class:`~gpu_constructs.endpoint.base.SettingError` naming ``where`` for a bad value.
 
-        The rule that ties ``include_response_in_notifications`` to the topics is :meth:`validate_topics`
-        (the endpoint checks it; a config without topics has its own key for them).
+        A response in the notifications needs a topic to carry it. The config, which creates the topics in the
+        stack, checks its own ``notifications`` key instead and calls the rules of the other settings directly.
         """
         check_async_concurrency(where, self.max_concurrent_invocations_per_instance)
         check_prefix(where, "async_inference.prefix", self.prefix)
+        self._validate_topics(where)
 
     def validate_topics(self, where: str) -> None:
+        """Deprecated: :meth:`validate` checks the topics too."""
+        warn_deprecated("gpu_constructs.endpoint.AsyncInference.validate_topics", "AsyncInference.validate")
+        self._validate_topics(where)
+
+    def _validate_topics(self, where: str) -> None:
         if self.include_response_in_notifications and not (self.success_topic or self.error_topic):
             raise invalid(
                 where,

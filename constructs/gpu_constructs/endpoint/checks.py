@@ -23,6 +23,15 @@ MODEL_ARCHIVE_SUFFIX = ".tar.gz"
 #: ``_.-/`` (Systems Manager's parameter name characters), optionally starting with the ``/`` of a hierarchy.
 SSM_PARAMETER_NAME_RE = re.compile(r"/?[a-zA-Z0-9_.\-/]{1,2047}")
 
+#: Default threshold of the ModelLatency p99 alarm, in milliseconds.
+DEFAULT_MODEL_LATENCY_P99_MS = 1000
+#: Default period of the alarms' metrics, in seconds.
+DEFAULT_ALARM_PERIOD_S = 60
+#: Default time SageMaker gives the model download and extraction, in seconds: 20 minutes, sized for multi-GB models.
+DEFAULT_MODEL_DOWNLOAD_TIMEOUT_S = 1200
+#: Default time the container has to pass ``/ping`` after start, in seconds: 10 minutes to load weights onto the GPU.
+DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT_S = 600
+
 #: Why :func:`volume_size_problem` refuses a volume size.
 VolumeSizeProblem = Literal["local_nvme", "out_of_range"]
 

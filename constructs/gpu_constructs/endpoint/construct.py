@@ -37,7 +37,12 @@ from gpu_constructs.endpoint.base import (
 )
 from gpu_constructs.endpoint.batching import Batching, check_environment
 from gpu_constructs.endpoint.capture import AsyncInference, DataCapture
-from gpu_constructs.endpoint.checks import check_hosting_instance_type, volume_size_problem
+from gpu_constructs.endpoint.checks import (
+    DEFAULT_MODEL_DOWNLOAD_TIMEOUT_S,
+    DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT_S,
+    check_hosting_instance_type,
+    volume_size_problem,
+)
 from gpu_constructs.endpoint.deployment import BlueGreenDeployment
 from gpu_constructs.endpoint.model_data import ModelData
 from gpu_constructs.endpoint.monitoring import (
@@ -48,7 +53,7 @@ from gpu_constructs.endpoint.monitoring import (
     create_metric_filters,
 )
 from gpu_constructs.endpoint.monitoring import monitoring_key as _new_monitoring_key
-from gpu_constructs.endpoint.protocols import InferenceImage, LogMetricFilterSpec
+from gpu_constructs.endpoint.protocols import InferenceImage, LogMetricFilterSpec, image_runtime
 from gpu_constructs.endpoint.scaling import EndpointAutoscaling, OffHoursSchedule
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import given_or_new_key
@@ -61,6 +66,15 @@ from gpu_constructs.topics import notification_topic
 _NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _MAX_NAME = 63
 _HASH_CHARS = 8
+
+
+def _timeouts(download: Duration | None, startup: Duration | None) -> tuple[Duration, Duration]:
+    """The model download and start-up health check timeouts: each given one, else its default from
+    :mod:`~gpu_constructs.endpoint.checks` (the config takes its defaults from there too)."""
+    return (
+        Duration.seconds(DEFAULT_MODEL_DOWNLOAD_TIMEOUT_S) if download is None else download,
+        Duration.seconds(DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT_S) if startup is None else startup,
+    )
 
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
@@ -142,8 +156,8 @@ class GpuEndpoint(Construct):
         security_groups: Sequence[ec2.ISecurityGroup] | None = None,
         encryption_key: kms.IKey | None = None,
         volume_size_gib: int | None = None,
-        model_download_timeout: Duration = Duration.minutes(20),
-        container_startup_health_check_timeout: Duration = Duration.minutes(10),
+        model_download_timeout: Duration | None = None,
+        container_startup_health_check_timeout: Duration | None = None,
         data_capture: DataCapture | None = None,
         async_inference: AsyncInference | None = None,
         deployment: BlueGreenDeployment | None = None,
@@ -166,7 +180,7 @@ class GpuEndpoint(Construct):
         self.variant_name = variant_name
         self.autoscaling = autoscaling
         env: dict[str, str] = dict(environment or {})
-        timeouts = (model_download_timeout, container_startup_health_check_timeout)
+        timeouts = _timeouts(model_download_timeout, container_startup_health_check_timeout)
 
         # -- eager validation: the value types' own rules, then those across inputs ---------------------
         self._validate_model(image, model_data, instance_type, cpu_variant, initial_instance_count)
@@ -178,7 +192,7 @@ class GpuEndpoint(Construct):
         check_log_metric_filters(path_of(self), log_metric_filters)
         self._warn_single_instance(production, initial_instance_count, autoscaling, off_hours)
         self.gpu_count = self.instance.nvidia_gpu_count if not cpu_variant else 0
-        self._metrics = EndpointMetrics(self.endpoint_name, variant_name, self.alarm_thresholds.period)
+        self._metrics = EndpointMetrics(self.endpoint_name, variant_name, self.alarm_thresholds.metric_period())
 
         # -- keys, role, network, log group, grants ------------------------------------------------------
         self._create_keys_and_role(encryption_key, monitoring_key, role, removal_policy)
@@ -322,7 +336,7 @@ class GpuEndpoint(Construct):
         a ``SAGEMAKER_TS_BATCH_SIZE`` above 1 (the variable only the DLC's TorchServe toolkit reads).
         """
         uri = image.image_uri
-        is_dlc = getattr(image, "kind", None) == "dlc" or (not is_token(uri) and is_pytorch_inference_dlc(uri))
+        is_dlc = image_runtime(image) == "torchserve" or (not is_token(uri) and is_pytorch_inference_dlc(uri))
         if batching is not None and is_dlc:
             problem = dlc_batching_problem(batching.max_batch_size)
             if problem is not None:
@@ -387,7 +401,6 @@ class GpuEndpoint(Construct):
             capture.validate(where)
         if async_config is not None:
             async_config.validate(where)
-            async_config.validate_topics(where)
         self.deployment.validate(where, initial_instance_count=count)
         self.alarm_thresholds.validate(where)
 

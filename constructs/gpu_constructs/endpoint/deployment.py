@@ -18,7 +18,15 @@ from gpu_constructs.endpoint.base import (
     STEP_PERCENT_RANGE,
     invalid,
 )
-from gpu_constructs.endpoint.capacity import check_shifting_capacity, step_name
+from gpu_constructs.endpoint.capacity import (
+    DEFAULT_BAKE_S,
+    DEFAULT_CANARY_BAKE_S,
+    DEFAULT_CANARY_PERCENT,
+    DEFAULT_LINEAR_STEP_PERCENT,
+    DEFAULT_TERMINATION_WAIT_S,
+    check_shifting_capacity,
+    step_name,
+)
 
 TrafficShift = Literal["ALL_AT_ONCE", "CANARY", "LINEAR"]
 
@@ -37,28 +45,49 @@ class BlueGreenDeployment:
     :param max_execution_timeout: limit of the whole deployment (default: the bake times plus the model
         download and start-up timeouts plus 10 minutes, at least 10 minutes, at most 8 hours).
     :param auto_rollback: roll back when a rollback alarm fires during the deployment (default: True).
+
+    A duration left ``None`` takes its default from :mod:`~gpu_constructs.endpoint.capacity` (the config's
+    defaults come from there too), so each default is written once.
     """
 
     traffic: TrafficShift = "ALL_AT_ONCE"
     step_percent: int | None = None
-    wait_interval: Duration = Duration.minutes(5)
-    termination_wait: Duration = Duration.seconds(0)
+    wait_interval: Duration | None = None
+    termination_wait: Duration | None = None
     max_execution_timeout: Duration | None = None
     auto_rollback: bool = True
 
     @classmethod
-    def all_at_once(cls, *, bake: Duration = Duration.minutes(5), **kwargs: Any) -> BlueGreenDeployment:
+    def all_at_once(cls, *, bake: Duration | None = None, **kwargs: Any) -> BlueGreenDeployment:
+        """All traffic at once, then ``bake`` (default: 5 minutes) watching the rollback alarms."""
         return cls(traffic="ALL_AT_ONCE", wait_interval=bake, **kwargs)
 
     @classmethod
-    def canary(cls, *, percent: int = 10, bake: Duration = Duration.minutes(10), **kwargs: Any) -> BlueGreenDeployment:
-        return cls(traffic="CANARY", step_percent=percent, wait_interval=bake, **kwargs)
+    def canary(
+        cls, *, percent: int = DEFAULT_CANARY_PERCENT, bake: Duration | None = None, **kwargs: Any
+    ) -> BlueGreenDeployment:
+        """``percent`` of the capacity first (default: 10 %), ``bake`` (default: 10 minutes), then the rest."""
+        wait = Duration.seconds(DEFAULT_CANARY_BAKE_S) if bake is None else bake
+        return cls(traffic="CANARY", step_percent=percent, wait_interval=wait, **kwargs)
 
     @classmethod
     def linear(
-        cls, *, step_percent: int = 25, interval: Duration = Duration.minutes(5), **kwargs: Any
+        cls, *, step_percent: int = DEFAULT_LINEAR_STEP_PERCENT, interval: Duration | None = None, **kwargs: Any
     ) -> BlueGreenDeployment:
+        """Steps of ``step_percent`` of the capacity (default: 25 %), each followed by ``interval`` (default:
+        5 minutes)."""
         return cls(traffic="LINEAR", step_percent=step_percent, wait_interval=interval, **kwargs)
+
+    @property
+    def wait_seconds(self) -> int:
+        """The bake time after each shift in seconds: :attr:`wait_interval`, else its default (5 minutes)."""
+        return DEFAULT_BAKE_S if self.wait_interval is None else int(self.wait_interval.to_seconds())
+
+    @property
+    def termination_wait_seconds(self) -> int:
+        """The termination wait in seconds: :attr:`termination_wait`, else its default (none)."""
+        wait = self.termination_wait
+        return DEFAULT_TERMINATION_WAIT_S if wait is None else int(wait.to_seconds())
 
     @property
     def shift_steps(self) -> int:
@@ -71,8 +100,8 @@ class BlueGreenDeployment:
 
     @property
     def total_wait_seconds(self) -> int:
-        bakes = (self.shift_steps + 1) * int(self.wait_interval.to_seconds())
-        return bakes + int(self.termination_wait.to_seconds())
+        bakes = (self.shift_steps + 1) * self.wait_seconds
+        return bakes + self.termination_wait_seconds
 
     def execution_timeout_seconds(self, download: Duration, startup: Duration) -> int:
         """The deployment's time limit: :attr:`max_execution_timeout`, else bakes + model start-up + 10 minutes."""
@@ -86,7 +115,7 @@ class BlueGreenDeployment:
         step = sagemaker.CfnEndpoint.CapacitySizeProperty(type="CAPACITY_PERCENT", value=self.step_percent or 0)
         routing = sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
             type=self.traffic,
-            wait_interval_in_seconds=int(self.wait_interval.to_seconds()),
+            wait_interval_in_seconds=self.wait_seconds,
             canary_size=step if self.traffic == "CANARY" else None,
             linear_step_size=step if self.traffic == "LINEAR" else None,
         )
@@ -98,7 +127,7 @@ class BlueGreenDeployment:
         return sagemaker.CfnEndpoint.DeploymentConfigProperty(
             blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
                 traffic_routing_configuration=routing,
-                termination_wait_in_seconds=int(self.termination_wait.to_seconds()),
+                termination_wait_in_seconds=self.termination_wait_seconds,
                 maximum_execution_timeout_in_seconds=self.execution_timeout_seconds(download, startup),
             ),
             auto_rollback_configuration=rollback,
@@ -134,6 +163,8 @@ class BlueGreenDeployment:
             ("deployment.wait_interval", self.wait_interval),
             ("deployment.termination_wait", self.termination_wait),
         ):
+            if value is None:
+                continue
             seconds = value.to_seconds()
             if not 0 <= seconds <= MAX_BAKE_S:
                 raise invalid(where, setting, seconds, f"0 to {MAX_BAKE_S} seconds", name=f"{setting} (seconds)")

@@ -103,9 +103,9 @@ def create_alarms(
         expression="100 * e",
         using_metrics={"e": metrics.metric("Invocation5XXErrors", statistic="Average")},
         label="5xx responses (%)",
-        period=th.period,
+        period=th.metric_period(),
     )
-    latency_ms = th.max_model_latency_p99.to_milliseconds()
+    latency_ms = th.model_latency_p99().to_milliseconds()
     five_xx = f"more than {th.max_5xx_percent:g}% of invocations answered 5xx"
     specs: list[tuple[str, cloudwatch.IMetric, float, str]] = [
         ("Http5xxRateAlarm", errors, th.max_5xx_percent, five_xx),

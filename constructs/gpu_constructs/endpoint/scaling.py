@@ -1,4 +1,4 @@
-"""How many instances serve: :class:`EndpointAutoscaling` (target tracking). Its rules and
+"""How many instances serve: :class:`EndpointAutoscaling` (target tracking). Its rules, its cooldowns' defaults and
 :class:`OffHoursSchedule` are in :mod:`.capacity` (no ``aws_cdk``: the config uses them) and re-exported here."""
 
 from __future__ import annotations
@@ -23,16 +23,20 @@ class EndpointAutoscaling:
     :param target: the metric's target value.
     :param min_capacity: fewest instances; 0 only for asynchronous endpoints (scale to zero).
     :param max_capacity: most instances.
-    :param scale_in_cooldown: default: 5 minutes.
-    :param scale_out_cooldown: default: 1 minute (GPU instances take minutes to start).
+    :param scale_in_cooldown: default: 5 minutes
+        (:data:`~gpu_constructs.endpoint.capacity.DEFAULT_SCALE_IN_COOLDOWN_S`).
+    :param scale_out_cooldown: default: 1 minute (GPU instances take minutes to start;
+        :data:`~gpu_constructs.endpoint.capacity.DEFAULT_SCALE_OUT_COOLDOWN_S`).
+
+    A cooldown left ``None`` is resolved by the endpoint, so its default is written once.
     """
 
     metric: ScalingMetric
     target: float
     min_capacity: int
     max_capacity: int
-    scale_in_cooldown: Duration = Duration.minutes(5)
-    scale_out_cooldown: Duration = Duration.minutes(1)
+    scale_in_cooldown: Duration | None = None
+    scale_out_cooldown: Duration | None = None
 
     @classmethod
     def on_invocations(
