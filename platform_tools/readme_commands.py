@@ -389,6 +389,11 @@ RULES: tuple[Rule, ...] = (
         output=("sees no NVIDIA GPU",),
         reason="CI has no GPU: the command must stop at once with exit 2 and say so (on a GPU host it runs the check)",
     ),
+    _run(
+        _MAIN,
+        ".venv/bin/gpuctl preflight --env dev --offline",
+        output=("ml.g5.xlarge for training job usage", "All G and VT Spot Instance Requests"),
+    ),
     _run(_MAIN, ".venv/bin/gpuctl doctor", output=("GPU check:",)),
     _run(
         _MAIN,

@@ -273,3 +273,11 @@ def test_no_credentials(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
     assert cli.main(["preflight", "--env", "dev"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuctl preflight: No AWS credentials were found") and "Traceback" not in err
+
+
+def test_readme_quota_table_is_the_offline_output() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    needs = preflight.compute_needs(preflight.load_env_config("dev"))
+    quota_table = preflight.needs_lines(needs)[2 : 4 + len(needs.quotas)]
+    for line in quota_table:
+        assert f"  {line}\n" in readme, f"README's quota table differs from gpuctl preflight --offline: {line}"
