@@ -12,7 +12,7 @@ from aws_cdk import CfnOutput, StackProps
 from constructs import Construct
 
 from gpu_constructs.constants import FLEET_SUBNETS
-from gpu_constructs.fleet import GpuFleet, LustreFileSystemLike, allow_notifications
+from gpu_constructs.fleet import GpuFleet, LustreFileSystemLike, LustreMount, allow_notifications
 from gpu_constructs.keys import new_key
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.notebook import GpuNotebook, NotebookPackage
@@ -100,10 +100,7 @@ class FleetStack(WorkloadStack):
             security_group=network.fleet_security_group,
             fleet_name=self.context.resource_name(group.name),
             volume_key=storage.key,
-            file_system=lustre if group.mount_lustre else None,
-            lustre_mount_path=self._lustre_mount_path,
-            # The storage stack admits the fleet security group to the file system already.
-            open_lustre_ports=False,
+            lustre=self._lustre_mount(lustre) if group.mount_lustre else None,
             monitoring_key=self.monitoring_key,
             notifications_topic=self.topic,
             log_retention=self._log_retention,
@@ -115,6 +112,12 @@ class FleetStack(WorkloadStack):
         fleet.acknowledge_data_grants(reads, writes, encryption_key=storage.key)
         CfnOutput(self, f"{pascal_case(group.name)}AutoScalingGroup", value=fleet.auto_scaling_group_name)
         return fleet
+
+    def _lustre_mount(self, lustre: LustreFileSystemLike | None) -> LustreMount | None:
+        if lustre is None:
+            return None
+        # The storage stack admits the fleet security group to the file system already.
+        return LustreMount(lustre, mount_path=self._lustre_mount_path, open_ports=False)
 
     # -- notebooks --------------------------------------------------------------------------------------
 

@@ -37,9 +37,13 @@ _EXPORTS: dict[str, str] = {
     "SecureRepository": "gpu_constructs.images",
     "DlamiImage": "gpu_constructs.dlami",
     "NetworkReachability": "gpu_constructs.network",
+    "FleetAlarms": "gpu_constructs.fleet",
+    "FleetCapacity": "gpu_constructs.fleet",
     "FleetSpotOptions": "gpu_constructs.fleet",
+    "FleetVolumes": "gpu_constructs.fleet",
     "GpuFleet": "gpu_constructs.fleet",
     "LustreFileSystemLike": "gpu_constructs.fleet",
+    "LustreMount": "gpu_constructs.fleet",
     "GpuNotebook": "gpu_constructs.notebook",
     "NotebookPackage": "gpu_constructs.notebook",
     "TrainingPipeline": "gpu_constructs.training",
@@ -105,7 +109,15 @@ if TYPE_CHECKING:
         monitoring_key,
     )
     from gpu_constructs.errors import ValidationError
-    from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike
+    from gpu_constructs.fleet import (
+        FleetAlarms,
+        FleetCapacity,
+        FleetSpotOptions,
+        FleetVolumes,
+        GpuFleet,
+        LustreFileSystemLike,
+        LustreMount,
+    )
     from gpu_constructs.fsx import GpuLustreFileSystem, ImportedLustreFileSystem, LustreDataRepository
     from gpu_constructs.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
     from gpu_constructs.images import GpuImage, ImageLike, SecureRepository

@@ -37,9 +37,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jsii
-from aws_cdk import Duration, Fn, Stack
+from aws_cdk import Duration, Fn, Size, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -49,9 +50,10 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from gpu_constructs.catalog import InstanceType, lookup, require_nvidia_gpu
+from gpu_constructs.deprecation import renamed_keywords
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.lustre_clients import allow_lustre_clients
-from gpu_constructs.lustre_mount import LustreFileSystemLike, LustreMount, check_file_system
+from gpu_constructs.lustre_mount import LustreFileSystemLike, LustreMount
 from gpu_constructs.notebook_options import check_package_key, check_volume_size
 from gpu_constructs.principals import RoleCompute
 from gpu_constructs.role_acknowledgments import PolicyWildcards, acknowledge_role_policy
@@ -74,6 +76,8 @@ _LIFECYCLE_LIMIT_SECONDS = 300
 #: The start script's own work (GPU check, Lustre mount, waiting for the optional step) ends by then.
 _START_BUDGET_SECONDS = _LIFECYCLE_LIMIT_SECONDS - 60
 _START_BUDGET_REASON = " (SageMaker stops lifecycle scripts after 5 minutes)"
+#: The ML storage volume when none is given.
+DEFAULT_VOLUME_SIZE = Size.gibibytes(50)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class GpuNotebook(RoleCompute, Construct):
     :param volume_key: KMS key of the ML storage volume (the platform's data key).
     :param gpu: a GPU is required (default: True). A type without an NVIDIA GPU is then an error naming
         fitting GPU types; False allows CPU types and skips the GPU check.
-    :param volume_size_gib: ML storage volume (default: 50 GiB; 5..16384).
+    :param volume_size: ML storage volume, a whole number of GiB from 5 to 16384 (default: 50 GiB).
     :param role: execution role (default: a new role with CloudWatch Logs for the notebook's streams
         only; data access comes from grants on ``grant_principal``).
     :param package: a wheel (``NotebookPackage``) that provides ``gpuctl``; the start script installs it
@@ -142,6 +146,8 @@ class GpuNotebook(RoleCompute, Construct):
     :param lustre_mount_attempts: default 12. :param lustre_retry_interval: default 10 seconds; together
         they must stay below the 5-minute limit of lifecycle scripts.
     :param platform_identifier: notebook platform, e.g. ``notebook-al2-v3`` (default: SageMaker's default).
+
+    Deprecated keyword, for one release: ``volume_size_gib`` (an ``int``; use ``volume_size``).
     """
 
     def __init__(
@@ -155,7 +161,7 @@ class GpuNotebook(RoleCompute, Construct):
         security_groups: list[ec2.ISecurityGroup],
         volume_key: kms.IKey,
         gpu: bool = True,
-        volume_size_gib: int = 50,
+        volume_size: Size | None = None,
         role: iam.IRole | None = None,
         package: NotebookPackage | None = None,
         file_system: LustreFileSystemLike | None = None,
@@ -164,18 +170,18 @@ class GpuNotebook(RoleCompute, Construct):
         lustre_mount_attempts: int = 12,
         lustre_retry_interval: Duration = Duration.seconds(10),
         platform_identifier: str | None = None,
+        **deprecated: Any,
     ) -> None:
         super().__init__(scope, construct_id)
         self._wildcards: PolicyWildcards | None = None
+        volume_size = _volume_size(path_of(self), volume_size, deprecated)
         self._validate_name(notebook_name)
         self.instance: InstanceType = self._validate_instance_type(instance_type, gpu)
-        check_volume_size(path_of(self), volume_size_gib)
         self._validate_security_groups(security_groups)
         self._validate_package(package)
-        mount = LustreMount(lustre_mount_path, lustre_mount_attempts, lustre_retry_interval.to_seconds())
-        if file_system is not None:
-            check_file_system(path_of(self), file_system)
-            mount.check(path_of(self), max_wait_seconds=_START_BUDGET_SECONDS, max_wait_reason=_START_BUDGET_REASON)
+        mount = self._lustre_mount(
+            file_system, lustre_mount_path, open_lustre_ports, lustre_mount_attempts, lustre_retry_interval
+        )
         stack = Stack.of(self)
         self.notebook_name = notebook_name
         self.gpu_count = self.instance.nvidia_gpu_count if gpu else 0
@@ -214,8 +220,8 @@ class GpuNotebook(RoleCompute, Construct):
             role = new_role
         self.role = role
         self._connections = ec2.Connections(security_groups=list(security_groups))
-        if file_system is not None and open_lustre_ports:
-            allow_lustre_clients(self, file_system, security_groups[0])
+        if mount is not None and mount.open_ports:
+            allow_lustre_clients(self, mount.file_system, security_groups[0])
 
         settings = {
             "NOTEBOOK_NAME": notebook_name,
@@ -227,8 +233,8 @@ class GpuNotebook(RoleCompute, Construct):
         self.package_asset: s3_assets.Asset | None = None
         if package is not None:
             settings["GPUCTL_PACKAGE_URI"], settings["GPUCTL_PACKAGE_FILE"] = self._bind_package(package, role)
-        if file_system is not None:
-            settings.update(mount.script_settings(file_system))
+        if mount is not None:
+            settings.update(mount.script_settings())
         self.start_script = render_script("notebook_on_start.sh", settings)
         self._validate_script_size(self.start_script)
         self.lifecycle_config = sagemaker.CfnNotebookInstanceLifecycleConfig(
@@ -252,7 +258,7 @@ class GpuNotebook(RoleCompute, Construct):
             direct_internet_access="Disabled",
             root_access="Disabled",
             kms_key_id=volume_key.key_arn,
-            volume_size_in_gb=volume_size_gib,
+            volume_size_in_gb=volume_size.to_gibibytes(),
             lifecycle_config_name=self.lifecycle_config.attr_notebook_instance_lifecycle_config_name,
             instance_metadata_service_configuration=sagemaker.CfnNotebookInstance.InstanceMetadataServiceConfigurationProperty(
                 minimum_instance_metadata_service_version="2"
@@ -283,6 +289,25 @@ class GpuNotebook(RoleCompute, Construct):
                 "a SageMaker notebook type with the 'ml.' prefix, e.g. 'ml.t3.medium' (see docs/gpu-instances.md)",
             )
         return it
+
+    def _lustre_mount(
+        self,
+        file_system: LustreFileSystemLike | None,
+        mount_path: str,
+        open_ports: bool,
+        mount_attempts: int,
+        retry_interval: Duration,
+    ) -> LustreMount | None:
+        """The mount of ``file_system`` (none without one), validated, its retries within the start script's share
+        of the 5-minute limit of lifecycle scripts."""
+        if file_system is None:
+            return None
+        mount = LustreMount(
+            file_system, mount_path, open_ports=open_ports, mount_attempts=mount_attempts, retry_interval=retry_interval
+        )
+        budget = Duration.seconds(_START_BUDGET_SECONDS)
+        mount.validate(path_of(self), max_wait=budget, max_wait_reason=_START_BUDGET_REASON)
+        return mount
 
     def _validate_security_groups(self, groups: list[ec2.ISecurityGroup]) -> None:
         if not groups or len(groups) > 5:
@@ -337,6 +362,24 @@ class GpuNotebook(RoleCompute, Construct):
     @property
     def notebook_instance_name(self) -> str:
         return self.notebook.attr_notebook_instance_name
+
+
+def _volume_size(where: str, volume_size: Size | None, deprecated: dict[str, Any]) -> Size:
+    """``volume_size``, or the deprecated ``volume_size_gib`` (whole GiB) as a ``Size``, or the default; validated."""
+    keywords = renamed_keywords(
+        "GpuNotebook", {"volume_size": volume_size, **deprecated}, {"volume_size_gib": "volume_size"}
+    )
+    unknown = sorted(set(keywords) - {"volume_size"})
+    if unknown:
+        raise TypeError(f"GpuNotebook() got an unexpected keyword argument {unknown[0]!r}")
+    size = keywords["volume_size"]
+    if size is None:
+        return DEFAULT_VOLUME_SIZE
+    if isinstance(size, Size):
+        check_volume_size(where, size.to_gibibytes(), "volume_size (GiB)")
+        return size
+    check_volume_size(where, size, "volume_size_gib")  # the deprecated keyword's whole GiB
+    return Size.gibibytes(size)
 
 
 ROLE_POLICY_REASON = (

@@ -1,9 +1,10 @@
 """The ``fleets`` section: EC2 GPU fleets on Deep Learning AMIs and GPU notebook instances.
 
 The rules of a fleet and a notebook live in the library's value types (``gpu_constructs.fleet.options``:
-``FleetCapacity``, ``FleetSpotOptions``, ``FleetVolumes``, ``FleetAlarmThresholds``; ``DlamiImage``;
-``gpu_constructs.notebook_options``); the models here build and check them, naming the config keys, and
-keep only what is about the file (keys, types, names, prefixes).
+``FleetCapacity``, ``FleetSpotOptions``, ``FleetVolumes``, ``FleetAlarms``; ``DlamiImage``;
+``gpu_constructs.notebook_options``); the models here check their keys with those rules, naming the keys, and
+keep only what is about the file (keys, types, names, prefixes). A ``Size`` or ``Duration`` is built only when
+the stack asks for construct props, so loading a config loads no CDK runtime.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gpu_constructs.errors import fail
 from gpu_constructs.fleet.options import (
-    FleetAlarmThresholds,
+    IDLE_GPU_PERIOD_ALLOWED,
+    FleetAlarms,
     FleetCapacity,
     FleetSpotOptions,
     FleetVolumes,
     SpotAllocationStrategy,
     check_efa,
+    check_volume_gib,
+    is_idle_gpu_minutes,
 )
 from gpu_constructs.notebook_options import check_package_key, check_volume_size
 from stacks.config._base import Allowed, EmailList, Retention, S3KeyPrefix, StrictModel, duplicates
@@ -130,10 +135,21 @@ class FleetGroupConfig(StrictModel):
         return FleetCapacity(self.min_capacity, self.max_capacity, self.desired_capacity)
 
     def volumes(self) -> FleetVolumes:
-        return FleetVolumes(self.root_volume_gib, self.data_volume_gib)
+        """The library's value type (loads the CDK runtime for its ``Size`` values)."""
+        from aws_cdk import Size
 
-    def alarm_thresholds(self) -> FleetAlarmThresholds:
-        return FleetAlarmThresholds(self.idle_gpu_pct, self.idle_minutes, self.max_gpu_temperature_c)
+        data = None if self.data_volume_gib is None else Size.gibibytes(self.data_volume_gib)
+        return FleetVolumes(root_volume_size=Size.gibibytes(self.root_volume_gib), data_volume_size=data)
+
+    def alarms(self) -> FleetAlarms:
+        """The library's value type (loads the CDK runtime for its ``Duration``)."""
+        from aws_cdk import Duration
+
+        return FleetAlarms(
+            idle_gpu_threshold_percent=self.idle_gpu_pct,
+            idle_gpu_period=Duration.minutes(self.idle_minutes),
+            max_gpu_temperature_celsius=self.max_gpu_temperature_c,
+        )
 
     def fleet_props(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~gpu_constructs.fleet.GpuFleet` this group's settings give.
@@ -141,38 +157,37 @@ class FleetGroupConfig(StrictModel):
         The stack adds the fleet's name, the network, the data key, the file system when ``mount_lustre``, the
         monitoring key and topic, and the environment-wide settings; it grants the data prefixes.
         """
-        from aws_cdk import Duration, Size
-
-        capacity, volumes, alarms = self.capacity(), self.volumes(), self.alarm_thresholds()
         return {
             "instance_type": self.instance_type,
             "image": self.dlami_image(),
-            "min_capacity": capacity.min_capacity,
-            "max_capacity": capacity.max_capacity,
-            "desired_capacity": capacity.desired_capacity,
+            "capacity": self.capacity(),
             "spot": self.spot.options() if self.spot is not None else None,
             "efa": self.efa,
             "placement_group": self.placement_group,
             "availability_zone": self.availability_zone,
-            "root_volume_size": Size.gibibytes(volumes.root_gib),
-            "data_volume_size": None if volumes.data_gib is None else Size.gibibytes(volumes.data_gib),
-            "idle_gpu_threshold_percent": alarms.idle_gpu_threshold_percent,
-            "idle_gpu_period": Duration.minutes(alarms.idle_gpu_minutes),
-            "max_gpu_temperature_celsius": alarms.max_gpu_temperature_celsius,
+            "volumes": self.volumes(),
+            "alarms": self.alarms(),
         }
 
     @model_validator(mode="after")
     def _rules(self) -> FleetGroupConfig:
         """The library's rules of a fleet, naming this group's keys."""
         where = f"fleets.groups[{self.name}]"
-        self.capacity().check(where)
+        self.capacity().validate(where)
         image = self.dlami_image()
         instance = image.check_instance_type(self.instance_type, where=where)
-        spot_types = self.spot.options().check(where, instance, image) if self.spot else ()
+        spot_types = self.spot.options().further_types(where, instance, image) if self.spot else ()
         if self.efa:
             check_efa(where, instance, spot_types)
-        self.volumes().check(where, unit="", names=("root_volume_gib", "data_volume_gib"))
-        self.alarm_thresholds().check(where, names=("idle_gpu_pct", "idle_minutes", "max_gpu_temperature_c"))
+        check_volume_gib(
+            where, self.root_volume_gib, self.data_volume_gib, names=("root_volume_gib", "data_volume_gib")
+        )
+        # The period in whole minutes: checked here, as building its Duration would load the CDK runtime.
+        FleetAlarms(
+            idle_gpu_threshold_percent=self.idle_gpu_pct, max_gpu_temperature_celsius=self.max_gpu_temperature_c
+        ).validate(where, names=("idle_gpu_pct", "idle_minutes", "max_gpu_temperature_c"))
+        if not is_idle_gpu_minutes(self.idle_minutes):
+            raise fail(where, "idle_minutes", self.idle_minutes, IDLE_GPU_PERIOD_ALLOWED)
         if self.availability_zone is not None and not self.placement_group:
             raise ValueError("availability_zone is set but placement_group is false; allowed: null")
         return self
@@ -221,7 +236,9 @@ class NotebookConfig(StrictModel):
     def notebook_props(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~gpu_constructs.notebook.GpuNotebook` this notebook's settings give
         (the stack adds the name, subnet, security group, data key, package and file system)."""
-        return {"instance_type": self.instance_type, "gpu": self.gpu, "volume_size_gib": self.volume_gib}
+        from aws_cdk import Size
+
+        return {"instance_type": self.instance_type, "gpu": self.gpu, "volume_size": Size.gibibytes(self.volume_gib)}
 
 
 class FleetsConfig(StrictModel):

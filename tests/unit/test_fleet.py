@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,16 @@ from gpu_constructs import fleet as fleet_module
 from gpu_constructs.constants import DEFAULT_INTERFACE_ENDPOINTS, fleet_endpoints
 from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError
-from gpu_constructs.fleet import FleetSpotOptions, GpuFleet, LustreFileSystemLike, allow_lustre_clients
+from gpu_constructs.fleet import (
+    FleetAlarms,
+    FleetCapacity,
+    FleetSpotOptions,
+    FleetVolumes,
+    GpuFleet,
+    LustreFileSystemLike,
+    LustreMount,
+    allow_lustre_clients,
+)
 from gpu_constructs.fleet import construct as fleet_construct_module
 from gpu_constructs.network import NetworkReachability
 
@@ -79,10 +90,10 @@ def spot_fleet() -> tuple[GpuFleet, assertions.Template, cdk.Stack]:
         image=PYTORCH_UBUNTU_2404,
         volume_key=volume_key,
         security_group=sg,
-        max_capacity=2,
+        capacity=FleetCapacity(max_capacity=2),
         spot=FleetSpotOptions(instance_types=["g5.2xlarge", "g6.xlarge"]),
-        data_volume_size=cdk.Size.gibibytes(500),
-        file_system=lustre,
+        volumes=FleetVolumes(data_volume_size=cdk.Size.gibibytes(500)),
+        lustre=LustreMount(lustre),
     )
     # A second consumer of the same pair must not duplicate the rules (EC2 rejects duplicates).
     allow_lustre_clients(stack, lustre, sg)
@@ -396,8 +407,8 @@ def test_lustre_ports_can_be_left_to_the_file_system_owner() -> None:
     vpc = _vpc(stack)
     GpuFleet(
         stack, "Fleet", vpc=vpc, fleet_name="f", instance_type="g5.xlarge",
-        volume_key=kms.Key.from_key_arn(stack, "Key", KEY_ARN), file_system=StandInLustre(stack, "Lustre", vpc),
-        open_lustre_ports=False, image=PYTORCH_UBUNTU_2404,
+        volume_key=kms.Key.from_key_arn(stack, "Key", KEY_ARN),
+        lustre=LustreMount(StandInLustre(stack, "Lustre", vpc), open_ports=False), image=PYTORCH_UBUNTU_2404,
     )  # fmt: skip
     template = assertions.Template.from_stack(stack)
     rules = {
@@ -501,10 +512,13 @@ def _cheap(**overrides: Any) -> GpuFleet:
     ("overrides", "message"),
     [
         ({"fleet_name": "Bad_Name"}, r"T/Fleet: fleet_name='Bad_Name' is not allowed; allowed: 1-63 characters"),
-        ({"min_capacity": 3, "max_capacity": 2}, r"min_capacity=3 is not allowed; allowed: 0..max_capacity \(2\)"),
-        ({"max_capacity": 0}, r"max_capacity=0 is not allowed; allowed: 1 or more"),
-        ({"min_capacity": -1}, r"min_capacity=-1 is not allowed; allowed: a whole number >= 0"),
-        ({"desired_capacity": 5}, r"desired_capacity=5 is not allowed; allowed: None or 0..1"),
+        (
+            {"capacity": FleetCapacity(min_capacity=3, max_capacity=2)},
+            r"min_capacity=3 is not allowed; allowed: 0..max_capacity \(2\)",
+        ),
+        ({"capacity": FleetCapacity(max_capacity=0)}, r"max_capacity=0 is not allowed; allowed: 1 or more"),
+        ({"capacity": FleetCapacity(min_capacity=-1)}, r"min_capacity=-1 is not allowed; allowed: a whole number >= 0"),
+        ({"capacity": FleetCapacity(desired_capacity=5)}, r"desired_capacity=5 is not allowed; allowed: None or 0..1"),
         (
             {"instance_type": "m5.xlarge"},
             r"instance_type='m5.xlarge' has no NVIDIA GPU .*Fitting GPU types for ec2: 'g",
@@ -543,19 +557,25 @@ def _cheap(**overrides: Any) -> GpuFleet:
             r"spot.instance_types\[\]='p5.48xlarge' is not allowed; allowed: types with 4 EFA interface\(s\)",
         ),
         (
-            {"root_volume_size": cdk.Size.gibibytes(50)},
+            {"volumes": FleetVolumes(root_volume_size=cdk.Size.gibibytes(50))},
             r"root_volume_size \(GiB\)=50 is not allowed; allowed: a number in \[100, 16384\]",
         ),
-        ({"data_volume_size": cdk.Size.gibibytes(20000)}, r"data_volume_size \(GiB\)=20000 is not allowed"),
         (
-            {"data_volume_size": cdk.Size.gibibytes(10), "data_mount_path": "data"},
+            {"volumes": FleetVolumes(data_volume_size=cdk.Size.gibibytes(20000))},
+            r"data_volume_size \(GiB\)=20000 is not allowed",
+        ),
+        (
+            {"volumes": FleetVolumes(data_volume_size=cdk.Size.gibibytes(10), data_mount_path="data")},
             r"data_mount_path='data' is not allowed",
         ),
-        ({"file_system": object()}, r"file_system=<object object .*> is not allowed; allowed: an object with dns_name"),
-        ({"file_system": "SL", "lustre_mount_path": "/"}, r"lustre_mount_path='/' is not allowed"),
-        ({"file_system": "SL", "lustre_mount_attempts": 0}, r"lustre_mount_attempts=0 is not allowed"),
         (
-            {"file_system": "SL", "lustre_retry_interval": cdk.Duration.minutes(10)},
+            {"lustre": LustreMount(object())},  # type: ignore[arg-type]
+            r"file_system=<object object .*> is not allowed; allowed: an object with dns_name",
+        ),
+        ({"lustre": {"mount_path": "/"}}, r"lustre_mount_path='/' is not allowed"),
+        ({"lustre": {"mount_attempts": 0}}, r"lustre_mount_attempts=0 is not allowed"),
+        (
+            {"lustre": {"retry_interval": cdk.Duration.minutes(10)}},
             r"lustre_retry_interval \(seconds\)=600",
         ),
         (
@@ -563,12 +583,12 @@ def _cheap(**overrides: Any) -> GpuFleet:
             r"torch_check='required' is not allowed; allowed: 'auto' or 'off' for a base DLAMI",
         ),
         ({"torch_check": "maybe"}, r"torch_check='maybe' is not allowed; allowed: 'required', 'auto', 'off'"),
-        ({"idle_gpu_threshold_percent": 150}, r"idle_gpu_threshold_percent=150 is not allowed"),
+        ({"alarms": FleetAlarms(idle_gpu_threshold_percent=150)}, r"idle_gpu_threshold_percent=150 is not allowed"),
         (
-            {"idle_gpu_period": cdk.Duration.minutes(7)},
+            {"alarms": FleetAlarms(idle_gpu_period=cdk.Duration.minutes(7))},
             r"idle_gpu_period \(minutes\)=7 is not allowed; allowed: a multiple of 5",
         ),
-        ({"max_gpu_temperature_celsius": 200}, r"max_gpu_temperature_celsius=200 is not allowed"),
+        ({"alarms": FleetAlarms(max_gpu_temperature_celsius=200)}, r"max_gpu_temperature_celsius=200 is not allowed"),
         (
             {"boot_timeout": cdk.Duration.seconds(10)},
             r"boot_timeout \(seconds\)=10 is not allowed; allowed: a number in \[30, 7200\]",
@@ -582,9 +602,10 @@ def _cheap(**overrides: Any) -> GpuFleet:
     ],
 )
 def test_validation_rules(overrides: dict[str, Any], message: str) -> None:
-    if overrides.get("file_system") == "SL":
+    if isinstance(overrides.get("lustre"), dict):  # settings of a mount of a stand-in file system
         stack_holder = _stack()
-        overrides = {**overrides, "file_system": StandInLustre(stack_holder, "L", _vpc(stack_holder))}
+        lustre = LustreMount(StandInLustre(stack_holder, "L", _vpc(stack_holder)), **overrides["lustre"])
+        overrides = {**overrides, "lustre": lustre}
     with pytest.raises(ValidationError, match=message):
         _cheap(**overrides)
 
@@ -804,7 +825,8 @@ def test_base_ubuntu_fleet_mounting_lustre_without_nat_is_refused() -> None:
         match=r"Lustre client install \(fsx-apt-repository, ubuntu-22\.04.*"
         r"needs a package repository on the internet; allowed: a NAT path",
     ):
-        _fleet(stack, _vpc(stack, endpoints=()), file_system=StandInLustre(stack, "L", _vpc(_stack(), endpoints=())),
+        lustre = LustreMount(StandInLustre(stack, "L", _vpc(_stack(), endpoints=())))
+        _fleet(stack, _vpc(stack, endpoints=()), lustre=lustre,
                image=DlamiImage.from_ssm(), reachability=NetworkReachability.of(*fleet_endpoints(), "s3"))  # fmt: skip
 
 
@@ -816,15 +838,15 @@ def test_lustre_client_install_routes() -> None:
     # The PyTorch 2.12 Ubuntu 24.04 DLAMI ships the client; AL2023 installs it from the Region's S3 repositories.
     pytorch = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.12")
     assert pytorch.lustre_client_install == "preinstalled"
-    _fleet(stack, vpc, image=pytorch, file_system=lustre, reachability=private)
+    _fleet(stack, vpc, image=pytorch, lustre=LustreMount(lustre), reachability=private)
     al2023 = DlamiImage.from_ssm("base", "amazon-linux-2023")
     fleet = GpuFleet(stack, "Al", vpc=vpc, fleet_name="al", instance_type="g5.xlarge", image=al2023,
-                     volume_key=kms.Key(stack, "K2"), file_system=lustre, reachability=private)  # fmt: skip
+                     volume_key=kms.Key(stack, "K2"), lustre=LustreMount(lustre), reachability=private)  # fmt: skip
     assert any(services == ("s3",) for services in fleet.required_services.values())
     with pytest.raises(ValidationError, match=r"Lustre client install \(amazon-linux-repository.*calls com\.amazonaws"
                        r"\.us-east-1\.s3.*add the gateway endpoint"):  # fmt: skip
         GpuFleet(stack, "Al2", vpc=vpc, fleet_name="al2", instance_type="g5.xlarge", image=al2023,
-                 volume_key=kms.Key(stack, "K3"), file_system=lustre,
+                 volume_key=kms.Key(stack, "K3"), lustre=LustreMount(lustre),
                  reachability=NetworkReachability.of(*fleet_endpoints()))  # fmt: skip
 
 
@@ -836,7 +858,7 @@ def test_pytorch_line_whose_notes_list_no_lustre_client_is_refused_without_nat()
     old_dev = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
     assert old_dev.lustre_client_install == "fsx-apt-repository"
     with pytest.raises(ValidationError) as caught:
-        _fleet(stack, vpc, image=old_dev, file_system=StandInLustre(stack, "L", vpc),
+        _fleet(stack, vpc, image=old_dev, lustre=LustreMount(StandInLustre(stack, "L", vpc)),
                reachability=NetworkReachability.of(*fleet_endpoints(), "s3"))  # fmt: skip
     assert caught.value.where == "T/F"
     assert str(caught.value) == (
@@ -856,14 +878,14 @@ def test_pytorch_line_without_the_client_installs_it_at_boot_with_a_nat_path() -
     stack = _stack()
     vpc = _vpc(stack, endpoints=())
     old_dev = DlamiImage.from_ssm("pytorch", "ubuntu-24.04", pytorch_version="2.9")
-    fleet = _fleet(stack, vpc, image=old_dev, file_system=StandInLustre(stack, "L", vpc),
+    fleet = _fleet(stack, vpc, image=old_dev, lustre=LustreMount(StandInLustre(stack, "L", vpc)),
                    reachability=NetworkReachability(internet=True))  # fmt: skip
     assert fleet.required_services[
         "Lustre client install (fsx-apt-repository, ubuntu-24.04: the DLAMI pytorch 2.9 ubuntu-24.04 x86_64 "
         "does not ship it)"
     ] == ("internet",)
     # The confirmed lines need nothing beyond the fleet's own endpoints.
-    shipped = _fleet(_stack(), _vpc(_stack(), endpoints=()), file_system=StandInLustre(stack, "L2", vpc),
+    shipped = _fleet(_stack(), _vpc(_stack(), endpoints=()), lustre=LustreMount(StandInLustre(stack, "L2", vpc)),
                      reachability=NetworkReachability.of(*fleet_endpoints(), "s3"))  # fmt: skip
     assert not [feature for feature in shipped.required_services if feature.startswith("Lustre client install")]
 
@@ -871,7 +893,7 @@ def test_pytorch_line_without_the_client_installs_it_at_boot_with_a_nat_path() -
 def test_fleet_mounting_lustre_launches_in_the_file_system_zone() -> None:
     stack = _stack()
     vpc = _vpc(stack)
-    _fleet(stack, vpc, file_system=ZonedLustre(stack, "L", vpc))
+    _fleet(stack, vpc, lustre=LustreMount(ZonedLustre(stack, "L", vpc)))
     template = assertions.Template.from_stack(stack)
     template.has_resource_properties("AWS::AutoScaling::AutoScalingGroup", {"VPCZoneIdentifier": ["subnet-a"]})
     assert not assertions.Annotations.from_stack(stack).find_warning("*", assertions.Match.string_like_regexp("Lustre"))
@@ -880,7 +902,7 @@ def test_fleet_mounting_lustre_launches_in_the_file_system_zone() -> None:
 def test_fleet_allowed_in_other_zones_warns_with_cost_and_latency() -> None:
     stack = _stack()
     vpc = _vpc(stack)
-    _fleet(stack, vpc, file_system=ZonedLustre(stack, "L", vpc), same_zone_as_file_system=False)
+    _fleet(stack, vpc, lustre=LustreMount(ZonedLustre(stack, "L", vpc), same_zone=False))
     template = assertions.Template.from_stack(stack)
     template.has_resource_properties(
         "AWS::AutoScaling::AutoScalingGroup", {"VPCZoneIdentifier": ["subnet-a", "subnet-b"]}
@@ -897,6 +919,132 @@ def test_placement_group_in_another_zone_than_the_file_system_warns() -> None:
     stack = _stack()
     vpc = _vpc(stack)
     _fleet(stack, vpc, instance_type="p5.48xlarge", efa=True, placement_group=True,
-           availability_zone="us-east-1b", file_system=ZonedLustre(stack, "L", vpc))  # fmt: skip
+           availability_zone="us-east-1b", lustre=LustreMount(ZonedLustre(stack, "L", vpc)))  # fmt: skip
     annotations = assertions.Annotations.from_stack(stack)
     assert annotations.find_warning("*", assertions.Match.string_like_regexp("may launch instances in us-east-1b"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Deprecated names: each warns, naming its replacement, and still works for one release
+# --------------------------------------------------------------------------------------------------
+
+#: A value of each deprecated flat keyword (the Lustre file system is filled in by the test).
+_FLAT_VALUES: dict[str, Any] = {
+    "min_capacity": 1,
+    "max_capacity": 3,
+    "desired_capacity": 2,
+    "root_volume_size": cdk.Size.gibibytes(300),
+    "data_volume_size": cdk.Size.gibibytes(100),
+    "data_mount_path": "/scratch",
+    "open_lustre_ports": False,
+    "lustre_mount_path": "/lustre",
+    "same_zone_as_file_system": False,
+    "lustre_mount_attempts": 5,
+    "lustre_retry_interval": cdk.Duration.seconds(3),
+    "idle_gpu_threshold_percent": 10,
+    "idle_gpu_period": cdk.Duration.minutes(30),
+    "max_gpu_temperature_celsius": 90,
+}
+
+
+def _flat_fleet_template(stack: cdk.Stack, vpc: ec2.IVpc, **keywords: Any) -> dict[str, Any]:
+    _fleet(stack, vpc, image=PYTORCH_UBUNTU_2404, **keywords)
+    return assertions.Template.from_stack(stack).to_json()
+
+
+def test_flat_keywords_warn_and_give_the_same_fleet_as_the_value_types() -> None:
+    """Every deprecated flat keyword at once builds the template its value types build."""
+    from gpu_constructs.fleet.flat_keywords import FLAT_KEYWORDS
+
+    old = _stack()
+    old_vpc = _vpc(old)
+    with pytest.warns(DeprecationWarning) as caught:
+        old_template = _flat_fleet_template(old, old_vpc, file_system=ZonedLustre(old, "L", old_vpc), **_FLAT_VALUES)
+    warned = {str(w.message).split("(", 1)[1].split("=", 1)[0] for w in caught}
+    assert warned == set(FLAT_KEYWORDS)
+    message = next(str(w.message) for w in caught if "(min_capacity=" in str(w.message))
+    assert message.startswith("GpuFleet(min_capacity=...) is deprecated")
+    assert message.endswith("use capacity=FleetCapacity(min_capacity=...)")
+    new = _stack()
+    new_vpc = _vpc(new)
+    new_template = _flat_fleet_template(
+        new,
+        new_vpc,
+        capacity=FleetCapacity(min_capacity=1, max_capacity=3, desired_capacity=2),
+        volumes=FleetVolumes(cdk.Size.gibibytes(300), cdk.Size.gibibytes(100), "/scratch"),
+        lustre=LustreMount(
+            ZonedLustre(new, "L", new_vpc),
+            mount_path="/lustre",
+            open_ports=False,
+            same_zone=False,
+            mount_attempts=5,
+            retry_interval=cdk.Duration.seconds(3),
+        ),
+        alarms=FleetAlarms(10, cdk.Duration.minutes(30), 90),
+    )
+    assert old_template == new_template
+
+
+@pytest.mark.parametrize("old", sorted(_FLAT_VALUES))
+def test_each_flat_keyword_maps_onto_its_value_type(old: str) -> None:
+    from gpu_constructs.fleet.flat_keywords import FLAT_KEYWORDS, FleetSettings, fold_flat_keywords
+
+    keyword, field = FLAT_KEYWORDS[old]
+    stack = _stack()
+    file_system = StandInLustre(stack, "L", _vpc(stack))
+    flat = {old: _FLAT_VALUES[old], **({"file_system": file_system} if keyword == "lustre" else {})}
+    with pytest.warns(DeprecationWarning) as caught:
+        folded = fold_flat_keywords("T/F", FleetSettings(None, None, None, None), flat)
+    assert any(re.match(rf"GpuFleet\({old}=\.\.\.\) is deprecated.*use {keyword}=", str(w.message)) for w in caught)
+    assert getattr(getattr(folded, keyword), field) == _FLAT_VALUES[old]
+
+
+def test_a_flat_keyword_with_its_value_type_is_refused_and_an_unknown_one_is_a_type_error() -> None:
+    with pytest.raises(ValidationError, match=r"'min_capacity' and 'capacity' are the same setting; give only capa"):
+        _cheap(capacity=FleetCapacity(), min_capacity=1)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'min_capacty'"):
+        _cheap(min_capacty=1)
+
+
+def test_deprecated_fleet_alarm_thresholds_give_fleet_alarms() -> None:
+    with pytest.warns(DeprecationWarning, match=r"FleetAlarmThresholds is deprecated.*use .*FleetAlarms"):
+        alarms = fleet_module.FleetAlarmThresholds(10, 30, 90)
+    assert isinstance(alarms, FleetAlarms) and alarms.idle_gpu_period is not None
+    assert (alarms.idle_gpu_threshold_percent, alarms.idle_gpu_period.to_minutes()) == (10, 30)
+    assert alarms.max_gpu_temperature_celsius == 90
+
+
+def test_deprecated_check_verbs_warn_and_still_validate() -> None:
+    from gpu_constructs import lustre_mount
+
+    image = DlamiImage.from_ssm()
+    instance = image.check_instance_type("g5.xlarge", where="w")
+    with (
+        pytest.warns(DeprecationWarning, match=r"FleetCapacity.check is deprecated.*use FleetCapacity.validate"),
+        pytest.raises(ValidationError, match="max_capacity=0"),
+    ):
+        FleetCapacity(max_capacity=0).check("w")
+    with (
+        pytest.warns(DeprecationWarning, match=r"FleetVolumes.check is deprecated.*use FleetVolumes.validate"),
+        pytest.raises(ValidationError, match=r"root_volume_size \(GiB\)=50"),
+    ):
+        FleetVolumes(root_volume_size=cdk.Size.gibibytes(50)).check("w")
+    with pytest.warns(DeprecationWarning, match=r"FleetSpotOptions.check is deprecated.*FleetSpotOptions.validate"):
+        assert FleetSpotOptions(instance_types=["g6.xlarge"]).check("w", instance, image) == ("g6.xlarge",)
+    stack = _stack()
+    mount = LustreMount(StandInLustre(stack, "L", _vpc(stack)), mount_attempts=30)
+    with (
+        pytest.warns(DeprecationWarning, match=r"LustreMount.check is deprecated.*use LustreMount.validate"),
+        pytest.raises(ValidationError, match=r"x lustre_retry_interval \(seconds\)=300"),
+    ):
+        dataclasses_replace(mount, retry_interval=cdk.Duration.seconds(10)).check("w", max_wait_seconds=240)
+    with (
+        pytest.warns(DeprecationWarning, match=r"lustre_mount.check_mount_path is deprecated.*is_mount_path"),
+        pytest.raises(ValidationError, match=r"p='/' is not allowed"),
+    ):
+        lustre_mount.check_mount_path("w", "p", "/")
+    with (
+        pytest.warns(DeprecationWarning, match=r"lustre_mount.check_file_system is deprecated.*LustreMount.validate"),
+        pytest.raises(ValidationError, match=r"file_system=1 is not allowed"),
+    ):
+        lustre_mount.check_file_system("w", 1)

@@ -269,7 +269,10 @@ def test_cpu_type_is_rejected_when_a_gpu_is_requested_naming_fitting_gpu_types()
             r"instance_type='t3.medium' is not allowed; allowed: a SageMaker notebook type",
         ),
         ({"notebook_name": "-bad"}, r"notebook_name='-bad' is not allowed"),
-        ({"volume_size_gib": 2}, r"volume_size_gib=2 is not allowed; allowed: a number in \[5, 16384\]"),
+        (
+            {"volume_size": cdk.Size.gibibytes(2)},
+            r"volume_size \(GiB\)=2 is not allowed; allowed: a number in \[5, 16384\]",
+        ),
         ({"security_groups": []}, r"security_groups=0 is not allowed; allowed: 1 to 5 security groups"),
         (
             {"package": "s3://bucket/tools/gpuctl.whl"},
@@ -302,6 +305,21 @@ def test_cpu_type_is_rejected_when_a_gpu_is_requested_naming_fitting_gpu_types()
 def test_validation_rules(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         _cheap(**overrides)
+
+
+def test_deprecated_volume_size_gib_warns_and_still_sizes_the_volume() -> None:
+    with pytest.warns(
+        DeprecationWarning, match=r"GpuNotebook\(volume_size_gib=\.\.\.\) is deprecated.*use volume_size="
+    ):
+        notebook = _cheap(volume_size_gib=80)
+    assert notebook.notebook.volume_size_in_gb == 80
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValidationError, match=r"volume_size_gib=2 is not allowed; allowed: a number in \[5, 16384\]"),
+    ):
+        _cheap(volume_size_gib=2)
+    with pytest.raises(ValidationError, match="'volume_size_gib' and 'volume_size' are the same setting"):
+        _cheap(volume_size_gib=80, volume_size=cdk.Size.gibibytes(80))
 
 
 def test_lifecycle_content_limit_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,10 @@ For teams that train outside SageMaker jobs. One fleet is:
 
 The package, one concept per module:
 
-* :mod:`~gpu_constructs.fleet.options`: value types and limits (spot mix, capacity, volumes, alarm
-  thresholds), with no CDK runtime, so the config model builds the same values;
+* :mod:`~gpu_constructs.fleet.options`: value types and limits (spot mix, capacity, volumes, alarms), with
+  no CDK runtime, so the config model shares their rules;
+* :mod:`~gpu_constructs.fleet.flat_keywords`: the flat keywords ``GpuFleet`` took before its value types,
+  deprecated aliases for one release;
 * :mod:`~gpu_constructs.fleet.construct`: ``GpuFleet`` (launch template, group, launch hook, boot script);
 * :mod:`~gpu_constructs.fleet.role` and :mod:`~gpu_constructs.fleet.key_policies`: the instance role and
   the key policy statements EC2 Auto Scaling and CloudWatch Logs need;
@@ -41,6 +43,7 @@ from gpu_constructs.lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "CW_AGENT_NAMESPACE": "gpu_constructs.fleet.options",
     "USER_DATA_LIMIT_BYTES": "gpu_constructs.fleet.options",
+    "FleetAlarms": "gpu_constructs.fleet.options",
     "FleetAlarmThresholds": "gpu_constructs.fleet.options",
     "FleetCapacity": "gpu_constructs.fleet.options",
     "FleetSpotOptions": "gpu_constructs.fleet.options",
@@ -63,9 +66,13 @@ _EXPORTS: dict[str, str] = {
 #: The other names of ``_EXPORTS`` (limits, boot-script rendering, cdk-nag helpers, the config model's value
 #: types, which it imports from :mod:`~gpu_constructs.fleet.options`) are importable, not advertised.
 __all__ = [
+    "FleetAlarms",
+    "FleetCapacity",
     "FleetSpotOptions",
+    "FleetVolumes",
     "GpuFleet",
     "LustreFileSystemLike",
+    "LustreMount",
     "TorchCheck",
     "allow_notifications",
 ]
@@ -83,6 +90,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     )
     from gpu_constructs.fleet.options import CW_AGENT_NAMESPACE as CW_AGENT_NAMESPACE
     from gpu_constructs.fleet.options import USER_DATA_LIMIT_BYTES as USER_DATA_LIMIT_BYTES
+    from gpu_constructs.fleet.options import FleetAlarms as FleetAlarms
     from gpu_constructs.fleet.options import FleetAlarmThresholds as FleetAlarmThresholds
     from gpu_constructs.fleet.options import FleetCapacity as FleetCapacity
     from gpu_constructs.fleet.options import FleetSpotOptions as FleetSpotOptions

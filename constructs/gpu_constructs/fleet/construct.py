@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, NamedTuple
+
 import jsii
 from aws_cdk import Duration, RemovalPolicy, Size, Stack, Tags
 from aws_cdk import aws_autoscaling as autoscaling
@@ -19,6 +22,7 @@ from gpu_constructs.errors import ValidationError, is_token, path_of, require_ra
 from gpu_constructs.fleet import acknowledgments, monitoring
 from gpu_constructs.fleet import reachability as reachability_module
 from gpu_constructs.fleet.acknowledgments import PolicyWildcards
+from gpu_constructs.fleet.flat_keywords import FleetSettings, fold_flat_keywords
 from gpu_constructs.fleet.key_policies import (
     allow_autoscaling_to_use_key,
     allow_logs_to_use_key,
@@ -29,7 +33,7 @@ from gpu_constructs.fleet.options import (
     FLEET_METRICS_NAMESPACE,
     LAUNCH_HOOK_NAME,
     USER_DATA_LIMIT_BYTES,
-    FleetAlarmThresholds,
+    FleetAlarms,
     FleetCapacity,
     FleetSpotOptions,
     FleetVolumes,
@@ -41,7 +45,7 @@ from gpu_constructs.fleet.options import (
 from gpu_constructs.fleet.role import grant_instance_basics, instance_role
 from gpu_constructs.keys import given_or_new_key
 from gpu_constructs.lustre_clients import allow_lustre_clients
-from gpu_constructs.lustre_mount import LustreFileSystemLike, LustreMount, check_file_system
+from gpu_constructs.lustre_mount import LustreMount
 from gpu_constructs.network import NetworkReachability
 from gpu_constructs.principals import RoleCompute
 from gpu_constructs.removal import named_log_group
@@ -50,6 +54,13 @@ from gpu_constructs.security_groups import cluster_security_group
 from gpu_constructs.topics import notification_topic
 
 __all__ = ["GpuFleet"]
+
+#: The defaults of the settings that the value types leave ``None``, each written here alone.
+DEFAULT_ROOT_VOLUME_SIZE = Size.gibibytes(200)
+DEFAULT_LUSTRE_MOUNT_PATH = "/fsx"
+DEFAULT_LUSTRE_MOUNT_ATTEMPTS = 30
+DEFAULT_LUSTRE_RETRY_INTERVAL = Duration.seconds(10)
+DEFAULT_IDLE_GPU_PERIOD = Duration.hours(1)
 
 _SPOT_STRATEGIES = {
     "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
@@ -78,9 +89,8 @@ class GpuFleet(RoleCompute, Construct):
     :param security_group: security group of the instances and their EFA interfaces (default: a new group
         with HTTPS egress and all traffic within the group, which EFA requires). Nothing is opened to
         port 22.
-    :param min_capacity: default 0 (no idle GPU cost). :param max_capacity: default 1.
-    :param desired_capacity: default: none (the group starts at ``min_capacity``; scaling is manual or by
-        your own policies).
+    :param capacity: instances of the group (:class:`~gpu_constructs.fleet.options.FleetCapacity`; default:
+        min 0, no idle GPU cost; max 1; no desired capacity, so scaling is manual or by your own policies).
     :param spot: a spot mix with capacity rebalancing (default: none, on demand only).
     :param efa: attach one EFA interface per network card (default: False). EFA on a type without EFA
         is an error.
@@ -88,29 +98,23 @@ class GpuFleet(RoleCompute, Construct):
         default: True); False makes them ``efa`` (EFA with ENA).
     :param placement_group: launch into a new cluster placement group in one AZ (default: False).
     :param availability_zone: AZ of a placement-group fleet (default: the VPC's first AZ).
-    :param root_volume_size: gp3 root volume (default: 200 GiB; at least 100 GiB for the DLAMI).
-    :param data_volume_size: an extra gp3 data volume, formatted and mounted at ``data_mount_path``
-        (default: none).
-    :param data_mount_path: default ``/data``.
-    :param file_system: an FSx for Lustre file system to mount (default: none).
-    :param open_lustre_ports: open Lustre traffic between ``file_system`` and ``security_group`` (default:
-        True); set False when the file system's owner already admits the group (duplicate rules fail).
-    :param same_zone_as_file_system: when ``file_system`` reports its Availability Zone
-        (``availability_zone``, as the platform's Lustre construct does), launch only in that zone
-        (default: True). An FSx for Lustre file system lives in one subnet of one AZ: a client in another
-        AZ pays inter-AZ data transfer on every byte it reads or writes, in each direction, and an extra
-        network hop of latency on every Lustre RPC (Amazon EC2 pricing, "Data transfer within the same
-        AWS Region"). A fleet that may launch elsewhere (False, or an ``availability_zone`` or subnets
-        outside the file system's zone) synthesizes with a warning saying so.
+    :param volumes: the gp3 root and data volumes (:class:`~gpu_constructs.fleet.options.FleetVolumes`;
+        default: a 200 GiB root volume, no data volume).
+    :param lustre: an FSx for Lustre file system to mount at boot (:class:`~gpu_constructs.lustre_mount.LustreMount`;
+        default: none). Its defaults here: mount path ``/fsx``, 30 attempts 10 seconds apart; Lustre ports
+        opened to ``security_group``; and, when the file system reports its Availability Zone
+        (``availability_zone``, as the platform's Lustre construct does), launches only in that zone. An FSx
+        for Lustre file system lives in one subnet of one AZ: a client in another AZ pays inter-AZ data
+        transfer on every byte it reads or writes, in each direction, and an extra network hop of latency on
+        every Lustre RPC (Amazon EC2 pricing, "Data transfer within the same AWS Region"). A fleet that may
+        launch elsewhere (``same_zone=False``, or an ``availability_zone`` or subnets outside the file
+        system's zone) synthesizes with a warning saying so.
     :param reachability: what the fleet's subnets reach (:class:`~gpu_constructs.network.NetworkReachability`,
         e.g. ``GpuNetwork.reachability()``). Default: inferred from the VPC construct when the app is
         synthesized (:func:`~gpu_constructs.network.infer_reachability`). Synth fails when a feature's
         API (:data:`~gpu_constructs.constants.FLEET_FEATURE_SERVICES`: EC2 Auto Scaling for the boot
         signals, CloudWatch for the agent, Systems Manager for Session Manager) or the package repository
         of a Lustre client install is reachable neither through an endpoint nor through a NAT path.
-    :param lustre_mount_path: default ``/fsx``.
-    :param lustre_mount_attempts: mount attempts at boot (default: 30). :param lustre_retry_interval:
-        pause between attempts (default: 10 seconds).
     :param torch_check: ``required`` (default for PyTorch DLAMIs), ``auto`` (default for base DLAMIs: run
         when an interpreter with torch exists) or ``off``.
     :param monitoring_key: KMS key of the log group and SNS topic (default: a new key with rotation).
@@ -120,13 +124,18 @@ class GpuFleet(RoleCompute, Construct):
     :param boot_timeout: heartbeat timeout of the launch lifecycle hook; a boot that has not completed it
         by then is abandoned (default: 30 minutes).
     :param health_check_grace_period: default 10 minutes.
-    :param idle_gpu_threshold_percent: the idle alarm fires when average GPU utilization of the group
-        stays below this (default: 5).
-    :param idle_gpu_period: for this long (default: 1 hour, a multiple of 5 minutes up to 1 day).
-    :param max_gpu_temperature_celsius: the temperature alarm threshold (default: 85).
+    :param alarms: when the idle and temperature alarms fire (:class:`~gpu_constructs.fleet.options.FleetAlarms`;
+        default: average GPU utilization under 5 % for 1 hour, a GPU at 85 C).
     :param role: an existing instance role trusted by ``ec2.amazonaws.com`` (default: a new role). The
         fleet adds its statements (Session Manager, CloudWatch agent, boot signals) to the role's policy;
         give a role that this fleet alone uses, imported mutable (``iam.Role.from_role_arn(...)``).
+
+    Deprecated keywords, for one release (each warns; giving one with the value type that replaces it is an
+    error): ``min_capacity``, ``max_capacity``, ``desired_capacity`` (use ``capacity``);
+    ``root_volume_size``, ``data_volume_size``, ``data_mount_path`` (use ``volumes``); ``file_system``,
+    ``open_lustre_ports``, ``lustre_mount_path``, ``same_zone_as_file_system``, ``lustre_mount_attempts``,
+    ``lustre_retry_interval`` (use ``lustre``); ``idle_gpu_threshold_percent``, ``idle_gpu_period``,
+    ``max_gpu_temperature_celsius`` (use ``alarms``).
     """
 
     def __init__(
@@ -141,24 +150,15 @@ class GpuFleet(RoleCompute, Construct):
         image: DlamiImage | None = None,
         vpc_subnets: ec2.SubnetSelection | None = None,
         security_group: ec2.ISecurityGroup | None = None,
-        min_capacity: int = 0,
-        max_capacity: int = 1,
-        desired_capacity: int | None = None,
+        capacity: FleetCapacity | None = None,
         spot: FleetSpotOptions | None = None,
         efa: bool = False,
         efa_only_secondary: bool = True,
         placement_group: bool = False,
         availability_zone: str | None = None,
-        root_volume_size: Size = Size.gibibytes(200),
-        data_volume_size: Size | None = None,
-        data_mount_path: str = "/data",
-        file_system: LustreFileSystemLike | None = None,
-        open_lustre_ports: bool = True,
-        lustre_mount_path: str = "/fsx",
-        same_zone_as_file_system: bool = True,
+        volumes: FleetVolumes | None = None,
+        lustre: LustreMount | None = None,
         reachability: NetworkReachability | None = None,
-        lustre_mount_attempts: int = 30,
-        lustre_retry_interval: Duration = Duration.seconds(10),
         torch_check: TorchCheck | None = None,
         monitoring_key: kms.IKey | None = None,
         notifications_topic: sns.ITopic | None = None,
@@ -166,33 +166,30 @@ class GpuFleet(RoleCompute, Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         boot_timeout: Duration = Duration.minutes(30),
         health_check_grace_period: Duration = Duration.minutes(10),
-        idle_gpu_threshold_percent: float = 5,
-        idle_gpu_period: Duration = Duration.hours(1),
-        max_gpu_temperature_celsius: float = 85,
+        alarms: FleetAlarms | None = None,
         role: iam.IRole | None = None,
+        **deprecated: Any,
     ) -> None:
         super().__init__(scope, construct_id)
         where = path_of(self)
+        capacity, volumes, lustre, alarms = _with_defaults(
+            fold_flat_keywords(where, FleetSettings(capacity, volumes, lustre, alarms), deprecated)
+        )
         check_fleet_name(where, fleet_name)
         if image is None:
             image = _default_image(instance_type)
         self.image = image
         self.instance: InstanceType = image.check_instance_type(instance_type, where=where)
-        FleetCapacity(min_capacity, max_capacity, desired_capacity).check(where)
-        self.spot_types = spot.check(where, self.instance, image) if spot is not None else ()
+        capacity.validate(where)
+        self.spot_types = spot.further_types(where, self.instance, image) if spot is not None else ()
         if efa:
             check_efa(where, self.instance, self.spot_types)
-        data_gib = None if data_volume_size is None else data_volume_size.to_gibibytes()
-        FleetVolumes(root_volume_size.to_gibibytes(), data_gib, data_mount_path).check(where)
-        mount = LustreMount(lustre_mount_path, lustre_mount_attempts, lustre_retry_interval.to_seconds())
-        if file_system is not None:
-            check_file_system(where, file_system)
-            mount.check(where)
+        volumes.validate(where)
+        if lustre is not None:
+            lustre.validate(where)
+        file_system = None if lustre is None else lustre.file_system
         check_torch_check(where, torch_check, image)
-        thresholds = FleetAlarmThresholds(
-            idle_gpu_threshold_percent, idle_gpu_period.to_minutes(), max_gpu_temperature_celsius
-        )
-        thresholds.check(where)
+        alarms.validate(where)
         self._validate_timeouts(boot_timeout, health_check_grace_period)
         self._validate_pinned_region(image)
         zone = reachability_module.check_zone(where, vpc, placement_group, availability_zone)
@@ -213,8 +210,8 @@ class GpuFleet(RoleCompute, Construct):
             internal_reason=acknowledgments.INTRA_GROUP_REASON,
         )
         self._connections = ec2.Connections(security_groups=[self.security_group])
-        if file_system is not None and open_lustre_ports:
-            allow_lustre_clients(self, file_system, self.security_group)
+        if lustre is not None and lustre.open_ports:
+            allow_lustre_clients(self, lustre.file_system, self.security_group)
         self._add_monitoring_resources(monitoring_key, notifications_topic, log_retention, removal_policy)
         self.role: iam.IRole = instance_role(self, fleet_name, role)
         self._wildcards: PolicyWildcards | None = grant_instance_basics(
@@ -227,25 +224,25 @@ class GpuFleet(RoleCompute, Construct):
             self.placement_group = ec2.PlacementGroup(
                 self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
             )
-        settings = self._boot_settings(torch_check, data_volume_size, data_mount_path)
-        if file_system is not None:
-            settings.update(mount.script_settings(file_system))
+        settings = self._boot_settings(torch_check, volumes)
+        if lustre is not None:
+            settings.update(lustre.script_settings())
         self.boot_script = render_script("fleet_boot.sh", settings)
         self._validate_user_data_size(self.boot_script)
-        self.launch_template = self._launch_template(volume_key, root_volume_size, data_volume_size)
+        assert volumes.root_volume_size is not None
+        self.launch_template = self._launch_template(volume_key, volumes.root_volume_size, volumes.data_volume_size)
         self.efa_interfaces = 0
         if efa:
             self._attach_efa_interfaces(self.security_group, efa_only_secondary)
 
         subnets = vpc_subnets or ec2.SubnetSelection(subnet_type=_private_subnet_type(vpc))
-        zone = reachability_module.zone_for_file_system(self, vpc, subnets, zone, file_system, same_zone_as_file_system)
+        same_zone = lustre is None or lustre.same_zone
+        zone = reachability_module.zone_for_file_system(self, vpc, subnets, zone, file_system, same_zone)
         self._vpc_subnets = reachability_module.narrow_subnets(subnets, zone)
-        self.auto_scaling_group = self._group(
-            vpc, FleetCapacity(min_capacity, max_capacity, desired_capacity), spot, health_check_grace_period
-        )
+        self.auto_scaling_group = self._group(vpc, capacity, spot, health_check_grace_period)
         self._add_launch_hook(boot_timeout, spot is not None)
 
-        self._add_monitoring(thresholds)
+        self._add_monitoring(alarms)
 
     # ------------------------------------------------------------------------------------------------
     # Validation bound to the construct's stack
@@ -314,9 +311,7 @@ class GpuFleet(RoleCompute, Construct):
             allow_notifications(topic, monitoring_key)
         self.topic = topic
 
-    def _boot_settings(
-        self, torch_check: TorchCheck | None, data_volume: Size | None, data_path: str
-    ) -> dict[str, str]:
+    def _boot_settings(self, torch_check: TorchCheck | None, volumes: FleetVolumes) -> dict[str, str]:
         """The boot script's environment (the Lustre mount's comes from :class:`LustreMount`)."""
         image = self.image
         settings = {
@@ -331,8 +326,8 @@ class GpuFleet(RoleCompute, Construct):
         }
         if image.torch_python:
             settings["TORCH_PYTHON"] = image.torch_python
-        if data_volume is not None:
-            settings["DATA_MOUNT_PATH"] = data_path
+        if volumes.data_volume_size is not None:
+            settings["DATA_MOUNT_PATH"] = volumes.data_mount_path
         return settings
 
     def _launch_template(self, volume_key: kms.IKey, root: Size, data: Size | None) -> ec2.LaunchTemplate:
@@ -455,18 +450,18 @@ class GpuFleet(RoleCompute, Construct):
         if mixed_instances:
             acknowledgments.acknowledge_mixed_instances(cfn_group)
 
-    def _add_monitoring(self, thresholds: FleetAlarmThresholds) -> None:
+    def _add_monitoring(self, settings: FleetAlarms) -> None:
         """Log metrics, alarms and the dashboard of the fleet."""
         log_metrics = monitoring.add_log_metrics(self, self.log_group, self.metrics_namespace)
         self.alarms: dict[str, cloudwatch.Alarm] = monitoring.add_alarms(
-            self, self.fleet_name, thresholds, log_metrics, self.topic
+            self, self.fleet_name, settings, log_metrics, self.topic
         )
         title = (
             f"# GPU fleet {self.fleet_name}\n{self.instance.describe()} x {self.gpu_count} GPU(s) per instance, "
             f"{self.image.describe()}. GPU metrics: CloudWatch agent `nvidia_gpu`, per group."
         )
         self.dashboard = monitoring.add_dashboard(
-            self, self.fleet_name, title, thresholds.idle_gpu_threshold_percent, list(self.alarms.values())
+            self, self.fleet_name, title, settings.idle_gpu_threshold_percent, list(self.alarms.values())
         )
 
     # ------------------------------------------------------------------------------------------------
@@ -478,6 +473,32 @@ class GpuFleet(RoleCompute, Construct):
     ) -> cloudwatch.Metric:
         """A CloudWatch agent ``nvidia_smi_<name>`` metric aggregated over the whole group."""
         return monitoring.gpu_metric(self.fleet_name, name, statistic=statistic, period=period)
+
+
+class _Resolved(NamedTuple):
+    """A fleet's value types with every setting left ``None`` set to its default."""
+
+    capacity: FleetCapacity
+    volumes: FleetVolumes
+    lustre: LustreMount | None
+    alarms: FleetAlarms
+
+
+def _with_defaults(given: FleetSettings) -> _Resolved:
+    volumes = given.volumes or FleetVolumes()
+    if volumes.root_volume_size is None:
+        volumes = dataclasses.replace(volumes, root_volume_size=DEFAULT_ROOT_VOLUME_SIZE)
+    alarms = given.alarms or FleetAlarms()
+    if alarms.idle_gpu_period is None:
+        alarms = dataclasses.replace(alarms, idle_gpu_period=DEFAULT_IDLE_GPU_PERIOD)
+    lustre = given.lustre
+    if lustre is not None:
+        lustre = lustre.with_defaults(
+            mount_path=DEFAULT_LUSTRE_MOUNT_PATH,
+            mount_attempts=DEFAULT_LUSTRE_MOUNT_ATTEMPTS,
+            retry_interval=DEFAULT_LUSTRE_RETRY_INTERVAL,
+        )
+    return _Resolved(given.capacity or FleetCapacity(), volumes, lustre, alarms)
 
 
 def _default_image(instance_type: str) -> DlamiImage:

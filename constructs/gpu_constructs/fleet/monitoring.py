@@ -15,7 +15,7 @@ from gpu_constructs.fleet.options import (
     BOOT_FAILED_MARKER,
     CW_AGENT_NAMESPACE,
     XID_MARKER,
-    FleetAlarmThresholds,
+    FleetAlarms,
 )
 from gpu_constructs.topics import alarm_action
 
@@ -69,13 +69,16 @@ def add_log_metrics(scope: Construct, log_group: logs.ILogGroup, namespace: str)
 def add_alarms(
     scope: Construct,
     fleet_name: str,
-    thresholds: FleetAlarmThresholds,
+    settings: FleetAlarms,
     log_metrics: dict[str, cloudwatch.Metric],
     topic: sns.ITopic,
 ) -> dict[str, cloudwatch.Alarm]:
-    """The fleet's alarms, each notifying ``topic``; no data (no instances) is not a problem."""
-    idle, minutes = thresholds.idle_gpu_threshold_percent, thresholds.idle_gpu_minutes
-    temperature = thresholds.max_gpu_temperature_celsius
+    """The fleet's alarms, each notifying ``topic``; no data (no instances) is not a problem.
+
+    ``settings`` has its defaults set (its idle period is not ``None``)."""
+    assert settings.idle_gpu_period is not None
+    idle, minutes = settings.idle_gpu_threshold_percent, settings.idle_gpu_period.to_minutes()
+    temperature = settings.max_gpu_temperature_celsius
     specs = [
         _AlarmSpec(
             "IdleGpu",

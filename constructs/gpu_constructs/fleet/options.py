@@ -1,8 +1,9 @@
 """The value types and limits of a GPU fleet, each rule written once.
 
-No CDK runtime is loaded here: the config model builds and checks the same values. Every check raises the
-library's ``ValidationError`` at ``where`` (a construct path or a config key) naming the bad value and what
-is allowed.
+No CDK runtime is loaded here: a ``Size`` or ``Duration`` comes from the caller, which has loaded it, and the
+config model (which loads none) checks its whole-GiB and whole-minute keys with the same rules
+(:func:`check_volume_gib`, :func:`is_idle_gpu_minutes`). Every rule raises the library's ``ValidationError`` at
+``where`` (a construct path or a config key) naming the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
 from gpu_constructs.catalog import InstanceType, require_efa
+from gpu_constructs.deprecation import warn_deprecated
 from gpu_constructs.errors import fail, require_range
-from gpu_constructs.lustre_mount import check_mount_path
+from gpu_constructs.lustre_mount import MOUNT_PATH_ALLOWED, is_mount_path
 
 if TYPE_CHECKING:
+    from aws_cdk import Duration, Size
+
     from gpu_constructs.dlami import DlamiImage
 
 __all__ = [
     "CW_AGENT_NAMESPACE",
     "SPOT_ALLOCATION_STRATEGIES",
     "USER_DATA_LIMIT_BYTES",
-    "FleetAlarmThresholds",
+    "FleetAlarms",
     "FleetCapacity",
     "FleetSpotOptions",
     "FleetVolumes",
@@ -31,6 +35,8 @@ __all__ = [
     "check_efa",
     "check_fleet_name",
     "check_torch_check",
+    "check_volume_gib",
+    "is_idle_gpu_minutes",
 ]
 
 #: Namespace of the CloudWatch agent's metrics (its default), where ``nvidia_smi_*`` metrics land.
@@ -59,6 +65,8 @@ _FLEET_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 #: The DLAMI needs a root volume of at least 100 GiB; gp3 volumes are at most 16 TiB.
 MIN_ROOT_GIB = 100
 MAX_EBS_GIB = 16384
+#: What the idle alarm's period may be: whole 5-minute periods of the agent's GPU metrics, up to a day.
+IDLE_GPU_PERIOD_ALLOWED = "a multiple of 5 minutes from 5 to 1440"
 
 
 def check_fleet_name(where: str, name: object) -> None:
@@ -66,15 +74,43 @@ def check_fleet_name(where: str, name: object) -> None:
         raise fail(where, "fleet_name", name, "1-63 characters: a lowercase letter, then [a-z0-9-]")
 
 
+def check_volume_gib(
+    where: str,
+    root_gib: float | None,
+    data_gib: float | None,
+    *,
+    names: tuple[str, str] = ("root_volume_size (GiB)", "data_volume_size (GiB)"),
+) -> None:
+    """The gp3 volume sizes of an instance, in GiB: the root 100..16384 (the DLAMI needs 100), a data volume
+    1..16384; None is not checked. :class:`FleetVolumes` and the config model (whole-GiB keys, named by ``names``)
+    share it."""
+    root, data = names
+    require_range(where, root, root_gib, minimum=MIN_ROOT_GIB, maximum=MAX_EBS_GIB)
+    if data_gib is not None:
+        require_range(where, data, data_gib, minimum=1, maximum=MAX_EBS_GIB)
+
+
+def is_idle_gpu_minutes(minutes: float) -> bool:
+    """True for an idle alarm period the alarm can evaluate (:data:`IDLE_GPU_PERIOD_ALLOWED`)."""
+    return not minutes % 5 and 5 <= minutes <= 24 * 60
+
+
 @dataclass(frozen=True)
 class FleetCapacity:
-    """Instances of the group: ``0 <= min <= desired <= max`` and ``max >= 1``."""
+    """Instances of the group: ``0 <= min <= desired <= max`` and ``max >= 1``.
+
+    :param min_capacity: default 0 (no idle GPU cost).
+    :param max_capacity: default 1.
+    :param desired_capacity: default: none (the group starts at ``min_capacity``; scaling is manual or by your
+        own policies).
+    """
 
     min_capacity: int = 0
     max_capacity: int = 1
     desired_capacity: int | None = None
 
-    def check(self, where: str) -> None:
+    def validate(self, where: str) -> None:
+        """Raise a ``ValidationError`` at ``where`` naming the capacity that breaks the order above."""
         minimum, maximum, desired = self.min_capacity, self.max_capacity, self.desired_capacity
         for name, value in (("min_capacity", minimum), ("max_capacity", maximum)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -86,35 +122,55 @@ class FleetCapacity:
         if desired is not None and not minimum <= desired <= maximum:
             raise fail(where, "desired_capacity", desired, f"None or {minimum}..{maximum} (min..max capacity)")
 
+    def check(self, where: str) -> None:
+        """Deprecated: use :meth:`validate`."""
+        warn_deprecated("gpu_constructs.fleet.options.FleetCapacity.check", "FleetCapacity.validate")
+        self.validate(where)
+
 
 @dataclass(frozen=True)
 class FleetVolumes:
-    """The gp3 volumes of an instance: the root (100..16384 GiB) and an optional data volume (1..16384 GiB)."""
+    """The gp3 volumes of an instance, encrypted with the fleet's volume key.
 
-    root_gib: float = 200
-    data_gib: float | None = None
+    :param root_volume_size: the root volume, 100..16384 GiB (default: 200 GiB; the DLAMI needs 100).
+    :param data_volume_size: an extra data volume, 1..16384 GiB, formatted and mounted at ``data_mount_path``
+        (default: none).
+    :param data_mount_path: default ``/data``.
+    """
+
+    root_volume_size: Size | None = None
+    data_volume_size: Size | None = None
     data_mount_path: str = "/data"
 
-    def check(
-        self, where: str, *, unit: str = " (GiB)", names: tuple[str, str] = ("root_volume_size", "data_volume_size")
-    ) -> None:
-        root, data = names
-        require_range(where, f"{root}{unit}", self.root_gib, minimum=MIN_ROOT_GIB, maximum=MAX_EBS_GIB)
-        if self.data_gib is not None:
-            require_range(where, f"{data}{unit}", self.data_gib, minimum=1, maximum=MAX_EBS_GIB)
-            check_mount_path(where, "data_mount_path", self.data_mount_path)
+    def validate(self, where: str) -> None:
+        """Raise a ``ValidationError`` at ``where`` naming the size (in GiB) or path that is not allowed."""
+        root = None if self.root_volume_size is None else self.root_volume_size.to_gibibytes()
+        data = None if self.data_volume_size is None else self.data_volume_size.to_gibibytes()
+        check_volume_gib(where, root, data)
+        if data is not None and not is_mount_path(self.data_mount_path):
+            raise fail(where, "data_mount_path", self.data_mount_path, MOUNT_PATH_ALLOWED)
+
+    def check(self, where: str) -> None:
+        """Deprecated: use :meth:`validate`."""
+        warn_deprecated("gpu_constructs.fleet.options.FleetVolumes.check", "FleetVolumes.validate")
+        self.validate(where)
 
 
 @dataclass(frozen=True)
-class FleetAlarmThresholds:
-    """When the fleet's alarms fire: average GPU utilization below ``idle_gpu_threshold_percent`` (0..100) for
-    ``idle_gpu_minutes`` (a multiple of 5 from 5 to 1440), or a GPU at ``max_gpu_temperature_celsius`` (30..120)."""
+class FleetAlarms:
+    """When the fleet's alarms fire.
+
+    :param idle_gpu_threshold_percent: the idle alarm fires when the average GPU utilization of the group stays
+        below this, 0..100 (default: 5).
+    :param idle_gpu_period: for this long, a multiple of 5 minutes up to 1 day (default: 1 hour).
+    :param max_gpu_temperature_celsius: the temperature alarm fires when a GPU reaches this, 30..120 (default: 85).
+    """
 
     idle_gpu_threshold_percent: float = 5
-    idle_gpu_minutes: float = 60
+    idle_gpu_period: Duration | None = None
     max_gpu_temperature_celsius: float = 85
 
-    def check(
+    def validate(
         self,
         where: str,
         *,
@@ -124,12 +180,25 @@ class FleetAlarmThresholds:
             "max_gpu_temperature_celsius",
         ),
     ) -> None:
+        """Raise a ``ValidationError`` at ``where`` naming the setting (by ``names``) that is out of range."""
         idle, period, temperature = names
         require_range(where, idle, self.idle_gpu_threshold_percent, minimum=0, maximum=100)
-        minutes = self.idle_gpu_minutes
-        if minutes % 5 or not 5 <= minutes <= 24 * 60:
-            raise fail(where, period, minutes, "a multiple of 5 minutes from 5 to 1440")
+        if self.idle_gpu_period is not None:
+            minutes = self.idle_gpu_period.to_minutes()
+            if not is_idle_gpu_minutes(minutes):
+                raise fail(where, period, minutes, IDLE_GPU_PERIOD_ALLOWED)
         require_range(where, temperature, self.max_gpu_temperature_celsius, minimum=30, maximum=120)
+
+
+def FleetAlarmThresholds(
+    idle_gpu_threshold_percent: float = 5, idle_gpu_minutes: float = 60, max_gpu_temperature_celsius: float = 85
+) -> FleetAlarms:
+    """Deprecated: use :class:`FleetAlarms`, whose idle period is a ``Duration`` (``idle_gpu_period``) rather than
+    minutes. Returns the equivalent :class:`FleetAlarms`."""
+    warn_deprecated("gpu_constructs.fleet.options.FleetAlarmThresholds", "gpu_constructs.fleet.options.FleetAlarms")
+    from aws_cdk import Duration
+
+    return FleetAlarms(idle_gpu_threshold_percent, Duration.minutes(idle_gpu_minutes), max_gpu_temperature_celsius)
 
 
 @dataclass(frozen=True)
@@ -150,8 +219,17 @@ class FleetSpotOptions:
     on_demand_percentage_above_base: int = 0
     allocation_strategy: str = "price-capacity-optimized"
 
+    def validate(self, where: str, *, instance: InstanceType, image: DlamiImage) -> None:
+        """Raise a ``ValidationError`` at ``where`` unless the mix fits a fleet of ``instance`` on ``image``."""
+        self.further_types(where, instance, image)
+
     def check(self, where: str, instance: InstanceType, image: DlamiImage) -> tuple[str, ...]:
-        """Check the mix for a fleet of ``instance`` on ``image``; return the further types (catalog names)."""
+        """Deprecated: use :meth:`validate`, and :meth:`further_types` for the types it returned."""
+        warn_deprecated("gpu_constructs.fleet.FleetSpotOptions.check", "FleetSpotOptions.validate")
+        return self.further_types(where, instance, image)
+
+    def further_types(self, where: str, instance: InstanceType, image: DlamiImage) -> tuple[str, ...]:
+        """The further types of the mix as catalog names, validated as :meth:`validate` does."""
         if self.allocation_strategy not in SPOT_ALLOCATION_STRATEGIES:
             raise fail(
                 where, "spot.allocation_strategy", self.allocation_strategy, ", ".join(SPOT_ALLOCATION_STRATEGIES)
