@@ -43,7 +43,8 @@ class ImageFromParameter:
         self.usage = image.usage
         self.cuda_version = image.cuda_version
         self.kind = getattr(image, "kind", None)
-        self.runtime = image.runtime
+        if hasattr(image, "runtime"):  # an image of the former protocol has none (endpoint.protocols.image_runtime)
+            self.runtime = image.runtime
         self.parameter_name = parameter_name
 
     def require_usage(self, expected: Usage, where: str) -> Any:
