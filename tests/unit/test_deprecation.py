@@ -56,7 +56,10 @@ def test_a_class_alias_takes_and_reads_renamed_fields() -> None:
         busy_percent: float = 80
 
     Old = deprecated_class_alias("Thresholds", Alarms, {"busy_pct": "busy_percent"})
-    with pytest.warns(DeprecationWarning, match=r"Thresholds\(busy_pct=\.\.\.\) is deprecated.*use busy_percent="):
+    with (
+        pytest.warns(DeprecationWarning, match=r"\.Thresholds is deprecated.*use .*\.Alarms"),
+        pytest.warns(DeprecationWarning, match=r"Thresholds\(busy_pct=\.\.\.\) is deprecated.*use busy_percent="),
+    ):
         old = Old(busy_pct=70)
     assert old.busy_percent == 70
     with pytest.warns(DeprecationWarning, match=r"Thresholds\.busy_pct is deprecated.*use Thresholds\.busy_percent"):
