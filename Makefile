@@ -152,7 +152,7 @@ lint-dockerfiles: setup ## hadolint + checkov (offline) over the training and in
 # [project] dependencies (boto3, numpy, Pillow, ...; not the CDK, not torch): `pip install dist/gpu_platform-*.whl`
 # gives a working gpuctl anywhere (tests/packaging/test_gpuctl_wheel.py); notebooks install it with --no-deps.
 wheel: setup ## build the gpuctl + runtime wheel (dist/): the same bytes the fleets stack ships to notebooks
-	$(PY) -m gpu_constructs.wheel . dist
+	$(PY) -m gpu_constructs.packaging.wheel . dist
 
 # `make clean` removes what the targets above create and nothing they need to start again: .venv and node_modules
 # stay (`make setup` takes minutes to rebuild them), and so do committed outputs (docs/architecture.png,
@@ -160,7 +160,7 @@ wheel: setup ## build the gpuctl + runtime wheel (dist/): the same bytes the fle
 # (synth, diagram), dist (wheel), build and *.egg-info (setup's editable installs), .bench (bench: generated data and
 # the peers' venv), local-output (`gpuctl train --local`), diagrams of other environments that git does not track
 # (docs/architecture-<env>.png), the test, lint and bytecode caches, and the caches synth writes in the temp folder
-# (<temp>/gpu-platform-<kind>-<user>: the notebook wheel and training code archives, gpu_constructs.wheel.write_once).
+# (<temp>/gpu-platform-<kind>-<user>: the notebook wheel and training code archives, gpu_constructs.packaging.wheel.write_once).
 SYNTH_CACHES = $(shell python3 -c 'import getpass, tempfile; print(f"{tempfile.gettempdir()}/gpu-platform-*-{getpass.getuser()}")' 2>/dev/null)
 
 clean: ## remove cdk.out, dist, build, *.egg-info, .bench, local-output, untracked docs/architecture-*.png, caches (keeps .venv, node_modules)

@@ -43,9 +43,11 @@ RUNTIME_PARTS = ("gpu_train", "default_code", "vendor")
 
 
 def _shipped_files() -> Callable[[Path, str], list[str]]:
-    """``gpu_constructs.runtime_files.shipped_files``, loaded by path (the package's dependencies are not there
-    while it is built): the one rule of which runtime files ship, shared with the launcher zipapp."""
-    spec = importlib.util.spec_from_file_location("_runtime_files", HERE / "gpu_constructs" / "runtime_files.py")
+    """``gpu_constructs.packaging.runtime_files.shipped_files``, loaded by path (the package's dependencies are not
+    there while it is built): the one rule of which runtime files ship, shared with the launcher zipapp."""
+    spec = importlib.util.spec_from_file_location(
+        "_runtime_files", HERE / "gpu_constructs" / "packaging" / "runtime_files.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -15,11 +15,11 @@ from gpu_constructs.constants import FLEET_SUBNETS
 from gpu_constructs.fleet import GpuFleet, LustreFileSystemLike, LustreMount, allow_notifications
 from gpu_constructs.keys import new_key
 from gpu_constructs.network import GpuNetwork
-from gpu_constructs.notebook import GpuNotebook, NotebookPackage
+from gpu_constructs.notebook.construct import GpuNotebook, NotebookPackage
+from gpu_constructs.packaging.wheel import ensure_wheel
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.topics import notification_topic
-from gpu_constructs.wheel import ensure_wheel
 from stacks.base import REPOSITORY_ROOT, WorkloadStack
 from stacks.config import ConfigError, FleetGroupConfig, FleetsConfig, NotebookConfig
 from stacks.context import StackContext

@@ -14,8 +14,8 @@ from aws_cdk import CfnOutput, Stack, StackProps, Token
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpu_constructs.oidc import GitOpsDeployRole, Mode, existing_oidc_provider
-from gpu_constructs.oidc_facts import CREATE, EXISTING
+from gpu_constructs.oidc.construct import GitOpsDeployRole, Mode, existing_oidc_provider
+from gpu_constructs.oidc.facts import CREATE, EXISTING
 from gpu_constructs.rules.oidc_provider_once_per_account import possibly_same_account, same_stack
 from gpu_constructs.templates import StackView
 from stacks.base import PlatformStack

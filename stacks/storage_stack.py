@@ -7,8 +7,8 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from gpu_constructs.constants import TRAINING_SUBNETS
-from gpu_constructs.efs import GpuEfsFileSystem
-from gpu_constructs.fsx import GpuLustreFileSystem
+from gpu_constructs.file_systems.efs import GpuEfsFileSystem
+from gpu_constructs.file_systems.fsx import GpuLustreFileSystem
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
 from stacks.base import WorkloadStack

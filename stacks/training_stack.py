@@ -17,7 +17,7 @@ from constructs import Construct
 
 from gpu_constructs.constants import TRAINING_SUBNETS
 from gpu_constructs.errors import ValidationError
-from gpu_constructs.fsx import GpuLustreFileSystem
+from gpu_constructs.file_systems.fsx import GpuLustreFileSystem
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.training import TrainingImageLike, TrainingPipeline

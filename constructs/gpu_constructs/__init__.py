@@ -14,7 +14,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpu_constructs._version import __version__
+from gpu_constructs.deprecation import moved_modules
 from gpu_constructs.lazy import lazy_exports
+
+#: Modules grouped into sub-packages by concept (catalog, file systems, notebook, OIDC, packaging): their former
+#: paths stay importable for one release (gpu_constructs.deprecation.moved_modules).
+MOVED_MODULES: dict[str, str] = {
+    "gpu_constructs.catalog_data": "gpu_constructs.catalog.data",
+    "gpu_constructs.catalog_types": "gpu_constructs.catalog.types",
+    "gpu_constructs.cuda": "gpu_constructs.catalog.cuda",
+    "gpu_constructs.fsx": "gpu_constructs.file_systems.fsx",
+    "gpu_constructs.fsx_facts": "gpu_constructs.file_systems.fsx_facts",
+    "gpu_constructs.efs": "gpu_constructs.file_systems.efs",
+    "gpu_constructs.lustre_clients": "gpu_constructs.file_systems.lustre_clients",
+    "gpu_constructs.lustre_mount": "gpu_constructs.file_systems.lustre_mount",
+    "gpu_constructs.notebook_options": "gpu_constructs.notebook.options",
+    "gpu_constructs.oidc_facts": "gpu_constructs.oidc.facts",
+    "gpu_constructs.wheel": "gpu_constructs.packaging.wheel",
+    "gpu_constructs.runtime_files": "gpu_constructs.packaging.runtime_files",
+    "gpu_constructs.scripts": "gpu_constructs.packaging.scripts",
+}
+moved_modules(MOVED_MODULES)
 
 _EXPORTS: dict[str, str] = {
     "ValidationError": "gpu_constructs.errors",
@@ -25,13 +45,13 @@ _EXPORTS: dict[str, str] = {
     "GpuNetwork": "gpu_constructs.network",
     "PlatformStorage": "gpu_constructs.storage",
     "SecureBucket": "gpu_constructs.storage",
-    "GpuLustreFileSystem": "gpu_constructs.fsx",
-    "LustreDataRepository": "gpu_constructs.fsx",
-    "ImportedLustreFileSystem": "gpu_constructs.fsx",
-    "LustreSizing": "gpu_constructs.fsx_facts",
-    "size_lustre": "gpu_constructs.fsx_facts",
-    "sagemaker_channel": "gpu_constructs.fsx_facts",
-    "GpuEfsFileSystem": "gpu_constructs.efs",
+    "GpuLustreFileSystem": "gpu_constructs.file_systems.fsx",
+    "LustreDataRepository": "gpu_constructs.file_systems.fsx",
+    "ImportedLustreFileSystem": "gpu_constructs.file_systems.fsx",
+    "LustreSizing": "gpu_constructs.file_systems.fsx_facts",
+    "size_lustre": "gpu_constructs.file_systems.fsx_facts",
+    "sagemaker_channel": "gpu_constructs.file_systems.fsx_facts",
+    "GpuEfsFileSystem": "gpu_constructs.file_systems.efs",
     "GpuImage": "gpu_constructs.images",
     "ImageLike": "gpu_constructs.images",
     "SecureRepository": "gpu_constructs.images",
@@ -44,8 +64,8 @@ _EXPORTS: dict[str, str] = {
     "GpuFleet": "gpu_constructs.fleet",
     "LustreFileSystemLike": "gpu_constructs.fleet",
     "LustreMount": "gpu_constructs.fleet",
-    "GpuNotebook": "gpu_constructs.notebook",
-    "NotebookPackage": "gpu_constructs.notebook",
+    "GpuNotebook": "gpu_constructs.notebook.construct",
+    "NotebookPackage": "gpu_constructs.notebook.construct",
     "TrainingPipeline": "gpu_constructs.training",
     "PrepareOptions": "gpu_constructs.training",
     "TrainingAlarms": "gpu_constructs.training",
@@ -55,8 +75,8 @@ _EXPORTS: dict[str, str] = {
     "ShardingJobSpec": "gpu_constructs.training_spec",
     "S3Channel": "gpu_constructs.training_spec",
     "FsxChannel": "gpu_constructs.training_spec",
-    "GitOpsDeployRole": "gpu_constructs.oidc",
-    "existing_oidc_provider": "gpu_constructs.oidc",
+    "GitOpsDeployRole": "gpu_constructs.oidc.construct",
+    "existing_oidc_provider": "gpu_constructs.oidc.construct",
     "GpuEndpoint": "gpu_constructs.endpoint",
     "ModelData": "gpu_constructs.endpoint",
     "Batching": "gpu_constructs.endpoint",
@@ -78,7 +98,10 @@ _EXPORTS: dict[str, str] = {
     "rule_target": "gpu_constructs.topics",
 }
 
-__all__ = sorted(_EXPORTS)
+#: Deprecated names: importable (with a warning where they are used) until they are removed, not advertised.
+_DEPRECATED = frozenset({"AlarmThresholds"})
+
+__all__ = sorted(set(_EXPORTS) - _DEPRECATED)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -91,7 +114,6 @@ if TYPE_CHECKING:
         TRAINING_SUBNETS,
     )
     from gpu_constructs.dlami import DlamiImage
-    from gpu_constructs.efs import GpuEfsFileSystem
     from gpu_constructs.endpoint import (
         GPU_SERVE_BATCHING_ENV,
         TORCHSERVE_BATCHING_ENV,
@@ -109,6 +131,9 @@ if TYPE_CHECKING:
         monitoring_key,
     )
     from gpu_constructs.errors import ValidationError
+    from gpu_constructs.file_systems.efs import GpuEfsFileSystem
+    from gpu_constructs.file_systems.fsx import GpuLustreFileSystem, ImportedLustreFileSystem, LustreDataRepository
+    from gpu_constructs.file_systems.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
     from gpu_constructs.fleet import (
         FleetAlarms,
         FleetCapacity,
@@ -118,12 +143,10 @@ if TYPE_CHECKING:
         LustreFileSystemLike,
         LustreMount,
     )
-    from gpu_constructs.fsx import GpuLustreFileSystem, ImportedLustreFileSystem, LustreDataRepository
-    from gpu_constructs.fsx_facts import LustreSizing, sagemaker_channel, size_lustre
     from gpu_constructs.images import GpuImage, ImageLike, SecureRepository
     from gpu_constructs.network import GpuNetwork, NetworkReachability
-    from gpu_constructs.notebook import GpuNotebook, NotebookPackage
-    from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider
+    from gpu_constructs.notebook.construct import GpuNotebook, NotebookPackage
+    from gpu_constructs.oidc.construct import GitOpsDeployRole, existing_oidc_provider
     from gpu_constructs.storage import PlatformStorage, SecureBucket
     from gpu_constructs.topics import Publisher, admit_publishers, alarm_action, notification_topic, rule_target
     from gpu_constructs.training import (

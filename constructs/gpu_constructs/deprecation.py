@@ -8,6 +8,11 @@ CLI use it too.
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -87,3 +92,37 @@ def _renamed_attribute(owner: str, old: str, new: str) -> property:
         return getattr(self, new)
 
     return property(get, doc=f"Deprecated: use ``{new}``.")
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a module under its former dotted name: the module at its new name, warning once per import."""
+
+    def __init__(self, moved: Mapping[str, str]) -> None:
+        self.moved = dict(moved)
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.moved:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        warn_deprecated(f"the module {spec.name}", f"{self.moved[spec.name]} (the same module, moved)", stacklevel=5)
+        module = importlib.import_module(self.moved[spec.name])
+        self._specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run (the module is the one imported under its new name); the import system set its
+        ``__spec__`` to the former name's, which is put back."""
+        for old, new in self.moved.items():
+            if new == module.__name__ and old in self._specs:
+                module.__spec__ = self._specs.pop(old)
+
+
+def moved_modules(moved: Mapping[str, str]) -> None:
+    """Keep each former module path of ``moved`` (old dotted name -> new dotted name) importable for one release,
+    as the very module at its new path (``import``, ``from ... import`` and ``mock.patch`` strings all work);
+    each first import warns with the new path. Installed once by the package whose modules moved."""
+    if not any(isinstance(finder, _MovedModuleFinder) and finder.moved == dict(moved) for finder in sys.meta_path):
+        sys.meta_path.append(_MovedModuleFinder(moved))

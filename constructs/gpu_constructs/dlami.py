@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
 from gpu_constructs.catalog import InstanceRef, InstanceType, lookup, require_nvidia_gpu
-from gpu_constructs.cuda import MIN_DRIVER_BRANCH, parse_cuda_version
+from gpu_constructs.catalog.cuda import MIN_DRIVER_BRANCH, parse_cuda_version
 from gpu_constructs.errors import ValidationError
 
 if TYPE_CHECKING:

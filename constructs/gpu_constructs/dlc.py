@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from gpu_constructs.cuda import parse_cuda_version
+from gpu_constructs.catalog.cuda import parse_cuda_version
 from gpu_constructs.errors import ValidationError, fail
 
 __all__ = [

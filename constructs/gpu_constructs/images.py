@@ -36,7 +36,7 @@ from constructs import Construct
 
 from gpu_constructs import nag
 from gpu_constructs.catalog import check_cuda_supports
-from gpu_constructs.cuda import parse_cuda_version
+from gpu_constructs.catalog.cuda import parse_cuda_version
 from gpu_constructs.dlc import (
     DLC_ACCOUNTS,
     DLC_IMAGES,

@@ -2,7 +2,7 @@
 
 The rules of a fleet and a notebook live in the library's value types (``gpu_constructs.fleet.options``:
 ``FleetCapacity``, ``FleetSpotOptions``, ``FleetVolumes``, ``FleetAlarms``; ``DlamiImage``;
-``gpu_constructs.notebook_options``); the models here check their keys with those rules, naming the keys, and
+``gpu_constructs.notebook.options``); the models here check their keys with those rules, naming the keys, and
 keep only what is about the file (keys, types, names, prefixes). A ``Size`` or ``Duration`` is built only when
 the stack asks for construct props, so loading a config loads no CDK runtime.
 """
@@ -25,7 +25,7 @@ from gpu_constructs.fleet.options import (
     check_volume_gib,
     is_idle_gpu_minutes,
 )
-from gpu_constructs.notebook_options import check_package_key, check_volume_size
+from gpu_constructs.notebook.options import check_package_key, check_volume_size
 from stacks.config._base import Allowed, EmailList, Retention, S3KeyPrefix, StrictModel, duplicates
 
 if TYPE_CHECKING:

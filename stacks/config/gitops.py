@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpu_constructs import oidc_facts
+from gpu_constructs.oidc import facts as oidc_facts
 from stacks.config._base import Allowed, CdkQualifier, Check, StrictModel
 
 

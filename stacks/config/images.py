@@ -61,7 +61,7 @@ class ImageSpec(StrictModel):
         for name in ("cuda", "cuda_version"):
             value = getattr(self, name)
             if value is not None:
-                from gpu_constructs.cuda import parse_cuda_version
+                from gpu_constructs.catalog.cuda import parse_cuda_version
 
                 parse_cuda_version(value)
         if self.directory is not None and (self.directory.startswith("/") or ".." in self.directory):

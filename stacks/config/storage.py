@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from gpu_constructs.fsx_facts import (
+from gpu_constructs.file_systems.fsx_facts import (
     DEPLOYMENT_TYPES,
     LUSTRE_TYPES,
     LustreDeploymentTypeName,
@@ -86,7 +86,7 @@ class LustreConfig(StrictModel):
         return self
 
     def file_system_props(self, *, key: kms.IKey, datasets_bucket: s3.IBucket) -> dict[str, Any]:
-        """The keyword arguments of :class:`~gpu_constructs.fsx.GpuLustreFileSystem` this section sets.
+        """The keyword arguments of :class:`~gpu_constructs.file_systems.fsx.GpuLustreFileSystem` this section sets.
 
         :param key: the data key; only a PERSISTENT_2 file system takes it (SCRATCH_2 supports no customer key).
         :param datasets_bucket: the bucket the file system links to, under ``import_prefix``.
@@ -95,7 +95,7 @@ class LustreConfig(StrictModel):
         """
         from aws_cdk import Duration
 
-        from gpu_constructs.fsx import LustreDataRepository
+        from gpu_constructs.file_systems.fsx import LustreDataRepository
 
         backup = self.automatic_backup_retention_days
         return {
@@ -128,8 +128,8 @@ class EfsConfig(StrictModel):
     automatic_backups: bool = Field(True, description="AWS Backup daily backups")
 
     def file_system_props(self) -> dict[str, Any]:
-        """The keyword arguments of :class:`~gpu_constructs.efs.GpuEfsFileSystem` this section sets (the stack
-        adds the VPC, subnets, data key and removal policy)."""
+        """The keyword arguments of :class:`~gpu_constructs.file_systems.efs.GpuEfsFileSystem` this section sets
+        (the stack adds the VPC, subnets, data key and removal policy)."""
         return {
             "throughput_mode": self.throughput_mode,
             "transition_to_ia_days": self.transition_to_ia_days,

@@ -39,8 +39,8 @@ import pytest
 from packaging.requirements import Requirement
 
 import gpu_train
+from gpu_constructs.packaging.wheel import main as build_wheel_main
 from gpu_constructs.training_spec import code_package
-from gpu_constructs.wheel import main as build_wheel_main
 from gpuctl.local_job import LocalJobError, local_code_channels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,9 @@ def _user_env(base: Path, bin_dir: Path) -> dict[str, str]:
 def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin folder of a new virtual environment: the wheel of ``make wheel`` installed with pip, and torch."""
     base = tmp_path_factory.mktemp("outside-venv")
-    assert build_wheel_main([str(ROOT), str(base / "dist")]) == 0  # make wheel: python -m gpu_constructs.wheel . dist
+    assert (
+        build_wheel_main([str(ROOT), str(base / "dist")]) == 0
+    )  # make wheel: python -m gpu_constructs.packaging.wheel . dist
     (wheel,) = (base / "dist").glob("gpu_platform-*-py3-none-any.whl")
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=120)
     bin_dir = base / "venv" / "bin"

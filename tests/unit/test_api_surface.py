@@ -38,6 +38,8 @@ PACKAGES = (
     "gpu_constructs.authz",
     "gpu_constructs.endpoint",
     "gpu_constructs.fleet",
+    "gpu_constructs.notebook",
+    "gpu_constructs.oidc",
     "gpu_constructs.rules",
     "gpu_constructs.training",
     "gpu_constructs.training_spec",
@@ -217,7 +219,7 @@ def test_version_is_derived_from_one_source() -> None:
 
     import gpu_constructs
     import gpuctl
-    from gpu_constructs.wheel import load_spec
+    from gpu_constructs.packaging.wheel import load_spec
 
     version = _version()
     assert gpu_constructs.__version__ == gpuctl.__version__ == version

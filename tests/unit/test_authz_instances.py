@@ -20,7 +20,7 @@ from gpu_constructs.authz.instances import (
     script_requests,
     script_settings,
 )
-from gpu_constructs.scripts import render_script
+from gpu_constructs.packaging.scripts import render_script
 from gpu_constructs.templates import StackView
 
 ACCOUNT, REGION = "123456789012", "us-east-1"

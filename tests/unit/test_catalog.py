@@ -30,7 +30,7 @@ from gpu_constructs.catalog import (
     require_nvidia_gpu,
     suggest_gpu_types,
 )
-from gpu_constructs.cuda import (
+from gpu_constructs.catalog.cuda import (
     ARCHITECTURES,
     CudaVersion,
     min_driver_branch,

@@ -69,3 +69,32 @@ def test_a_class_alias_takes_and_reads_renamed_fields() -> None:
         pytest.raises(ValidationError, match="'busy_pct' and 'busy_percent' are the same setting"),
     ):
         Old(busy_pct=70, busy_percent=60)
+
+
+@pytest.mark.parametrize("old", sorted(__import__("gpu_constructs").MOVED_MODULES))
+def test_a_moved_module_is_importable_at_its_former_path_as_the_same_module(old: str) -> None:
+    """The root modules grouped into sub-packages (catalog, file systems, notebook, OIDC, packaging) keep their
+    former import paths for one release: the same module object, with a warning naming the new path."""
+    import importlib
+    import subprocess
+    import sys
+
+    from gpu_constructs import MOVED_MODULES
+
+    new = MOVED_MODULES[old]
+    code = (
+        "import importlib, sys, warnings\n"
+        "warnings.simplefilter('error')\n"
+        f"new = importlib.import_module({new!r})\n"
+        "try:\n"
+        f"    importlib.import_module({old!r})\n"
+        "except DeprecationWarning as warning:\n"
+        "    print(warning)\n"
+        "warnings.simplefilter('ignore')\n"
+        f"old = importlib.import_module({old!r})\n"
+        f"assert old is new and new.__spec__.name == {new!r}, (old, new)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"the module {old} is deprecated" in done.stdout and f"use {new}" in done.stdout
+    assert importlib.util.find_spec(new) is not None

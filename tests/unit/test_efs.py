@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from unit_helpers import isolated_vpc_stack
 
 from gpu_constructs import ValidationError
-from gpu_constructs.efs import GpuEfsFileSystem
+from gpu_constructs.file_systems.efs import GpuEfsFileSystem
 from stacks.config import ConfigError, parse_config
 
 

@@ -435,7 +435,7 @@ def test_lustre_ports_without_a_default_port_are_988_and_1018_to_1023() -> None:
 
 
 def test_platform_lustre_construct_fits_the_interface() -> None:
-    from gpu_constructs.fsx import GpuLustreFileSystem
+    from gpu_constructs.file_systems.fsx import GpuLustreFileSystem
 
     assert all(
         isinstance(getattr(GpuLustreFileSystem, name), property) for name in ("dns_name", "mount_name", "connections")
@@ -1015,7 +1015,7 @@ def test_deprecated_fleet_alarm_thresholds_give_fleet_alarms() -> None:
 
 
 def test_deprecated_check_verbs_warn_and_still_validate() -> None:
-    from gpu_constructs import lustre_mount
+    from gpu_constructs.file_systems import lustre_mount
 
     image = DlamiImage.from_ssm()
     instance = image.check_instance_type("g5.xlarge", where="w")

@@ -14,8 +14,8 @@ from aws_cdk import aws_s3 as s3
 from unit_helpers import env_template_fixtures, isolated_vpc_stack
 
 from gpu_constructs import ValidationError
-from gpu_constructs.fsx import GpuLustreFileSystem, LustreDataRepository
-from gpu_constructs.fsx_facts import (
+from gpu_constructs.file_systems.fsx import GpuLustreFileSystem, LustreDataRepository
+from gpu_constructs.file_systems.fsx_facts import (
     LUSTRE_TYPES,
     sagemaker_channel,
     size_lustre,

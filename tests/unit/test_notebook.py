@@ -26,10 +26,10 @@ from aws_cdk import aws_s3 as s3
 from test_boot_script import DNS, FakeHost, Run  # the shared fake host (same directory)
 
 from gpu_constructs import __version__
-from gpu_constructs import notebook as notebook_module
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.fleet import render_script
-from gpu_constructs.notebook import GpuNotebook, NotebookPackage
+from gpu_constructs.notebook import construct as notebook_module
+from gpu_constructs.notebook.construct import GpuNotebook, NotebookPackage
 
 ASSETS = Path(__file__).resolve().parents[2] / "constructs" / "gpu_constructs" / "assets"
 START = ASSETS / "notebook_on_start.sh"
@@ -630,7 +630,7 @@ def _lifecycle_exports(template: dict[str, Any]) -> dict[str, str]:
 
 
 def test_dev_fleets_stack_ships_the_platform_wheel(synth: Any) -> None:
-    from gpu_constructs.wheel import ensure_wheel
+    from gpu_constructs.packaging.wheel import ensure_wheel
 
     result = synth("dev")
     exports = _lifecycle_exports(result.templates["gpu-dev-fleets"])

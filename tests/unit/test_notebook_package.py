@@ -1,4 +1,4 @@
-"""The wheel the notebooks install (gpu_constructs.wheel): deterministic, complete, and fit for the notebook's
+"""The wheel the notebooks install (gpu_constructs.packaging.wheel): deterministic, complete, and fit for the notebook's
 Python (NOTEBOOK_PYTHON, 3.10, the conda_pytorch environments of every notebook platform).
 
 No Python 3.10 interpreter is needed for the two checks that matter: vermin finds every use of a newer stdlib
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from gpu_constructs import __version__
-from gpu_constructs.notebook import NOTEBOOK_PYTHON
-from gpu_constructs.wheel import build_wheel, ensure_wheel, load_spec, main
+from gpu_constructs.notebook.construct import NOTEBOOK_PYTHON
+from gpu_constructs.packaging.wheel import build_wheel, ensure_wheel, load_spec, main
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

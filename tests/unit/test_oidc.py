@@ -16,7 +16,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpu_constructs.errors import ValidationError
-from gpu_constructs.oidc import GitOpsDeployRole, existing_oidc_provider
+from gpu_constructs.oidc.construct import GitOpsDeployRole, existing_oidc_provider
 from stacks.config import CONFIG_DIR, ConfigError, EnvConfig, load_config, parse_config
 from stacks.context import StackContext
 from stacks.gitops_stack import GitOpsStack, check_one_oidc_provider_per_account

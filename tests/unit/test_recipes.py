@@ -12,7 +12,7 @@ from aws_cdk import aws_kms as kms
 
 from gpu_constructs import GpuImage, nag
 from gpu_constructs.errors import is_token
-from gpu_constructs.fsx_facts import FILE_SYSTEM_ID_RE, is_file_system_id, sagemaker_channel
+from gpu_constructs.file_systems.fsx_facts import FILE_SYSTEM_ID_RE, is_file_system_id, sagemaker_channel
 from gpu_constructs.images import ImageLike
 from gpu_constructs.keys import new_key, pending_window
 from gpu_constructs.security_groups import INTRA_GROUP_REASON, cluster_security_group

@@ -55,11 +55,11 @@ _EXPORTS: dict[str, str] = {
     "wildcard_findings": "gpu_constructs.fleet.acknowledgments",
     "allow_notifications": "gpu_constructs.fleet.key_policies",
     "autoscaling_service_linked_role_arn": "gpu_constructs.fleet.key_policies",
-    "LustreFileSystemLike": "gpu_constructs.lustre_mount",
-    "LustreMount": "gpu_constructs.lustre_mount",
-    "allow_lustre_clients": "gpu_constructs.lustre_clients",
-    "render_script": "gpu_constructs.scripts",
-    "strip_comments": "gpu_constructs.scripts",
+    "LustreFileSystemLike": "gpu_constructs.file_systems.lustre_mount",
+    "LustreMount": "gpu_constructs.file_systems.lustre_mount",
+    "allow_lustre_clients": "gpu_constructs.file_systems.lustre_clients",
+    "render_script": "gpu_constructs.packaging.scripts",
+    "strip_comments": "gpu_constructs.packaging.scripts",
 }
 
 #: The documented API: the construct, the value types of its props and the key policy an app's shared key needs.
@@ -80,6 +80,9 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
+    from gpu_constructs.file_systems.lustre_clients import allow_lustre_clients as allow_lustre_clients
+    from gpu_constructs.file_systems.lustre_mount import LustreFileSystemLike as LustreFileSystemLike
+    from gpu_constructs.file_systems.lustre_mount import LustreMount as LustreMount
     from gpu_constructs.fleet.acknowledgments import DATA_GRANT_REASON as DATA_GRANT_REASON
     from gpu_constructs.fleet.acknowledgments import PolicyWildcards as PolicyWildcards
     from gpu_constructs.fleet.acknowledgments import wildcard_findings as wildcard_findings
@@ -96,8 +99,5 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from gpu_constructs.fleet.options import FleetSpotOptions as FleetSpotOptions
     from gpu_constructs.fleet.options import FleetVolumes as FleetVolumes
     from gpu_constructs.fleet.options import TorchCheck as TorchCheck
-    from gpu_constructs.lustre_clients import allow_lustre_clients as allow_lustre_clients
-    from gpu_constructs.lustre_mount import LustreFileSystemLike as LustreFileSystemLike
-    from gpu_constructs.lustre_mount import LustreMount as LustreMount
-    from gpu_constructs.scripts import render_script as render_script
-    from gpu_constructs.scripts import strip_comments as strip_comments
+    from gpu_constructs.packaging.scripts import render_script as render_script
+    from gpu_constructs.packaging.scripts import strip_comments as strip_comments

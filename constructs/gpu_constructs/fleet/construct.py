@@ -19,6 +19,8 @@ from constructs import Construct
 from gpu_constructs.catalog import InstanceType
 from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError, is_token, path_of, require_range
+from gpu_constructs.file_systems.lustre_clients import allow_lustre_clients
+from gpu_constructs.file_systems.lustre_mount import LustreMount
 from gpu_constructs.fleet import acknowledgments, monitoring
 from gpu_constructs.fleet import reachability as reachability_module
 from gpu_constructs.fleet.acknowledgments import PolicyWildcards
@@ -44,12 +46,10 @@ from gpu_constructs.fleet.options import (
 )
 from gpu_constructs.fleet.role import grant_instance_basics, instance_role
 from gpu_constructs.keys import given_or_new_key
-from gpu_constructs.lustre_clients import allow_lustre_clients
-from gpu_constructs.lustre_mount import LustreMount
 from gpu_constructs.network import NetworkReachability
+from gpu_constructs.packaging.scripts import render_script
 from gpu_constructs.principals import RoleCompute
 from gpu_constructs.removal import named_log_group
-from gpu_constructs.scripts import render_script
 from gpu_constructs.security_groups import cluster_security_group
 from gpu_constructs.topics import notification_topic
 
@@ -100,14 +100,14 @@ class GpuFleet(RoleCompute, Construct):
     :param availability_zone: AZ of a placement-group fleet (default: the VPC's first AZ).
     :param volumes: the gp3 root and data volumes (:class:`~gpu_constructs.fleet.options.FleetVolumes`;
         default: a 200 GiB root volume, no data volume).
-    :param lustre: an FSx for Lustre file system to mount at boot (:class:`~gpu_constructs.lustre_mount.LustreMount`;
-        default: none). Its defaults here: mount path ``/fsx``, 30 attempts 10 seconds apart; Lustre ports
-        opened to ``security_group``; and, when the file system reports its Availability Zone
-        (``availability_zone``, as the platform's Lustre construct does), launches only in that zone. An FSx
-        for Lustre file system lives in one subnet of one AZ: a client in another AZ pays inter-AZ data
-        transfer on every byte it reads or writes, in each direction, and an extra network hop of latency on
-        every Lustre RPC (Amazon EC2 pricing, "Data transfer within the same AWS Region"). A fleet that may
-        launch elsewhere (``same_zone=False``, or an ``availability_zone`` or subnets outside the file
+    :param lustre: an FSx for Lustre file system to mount at boot
+        (:class:`~gpu_constructs.file_systems.lustre_mount.LustreMount`; default: none). Its defaults here: mount
+        path ``/fsx``, 30 attempts 10 seconds apart; Lustre ports opened to ``security_group``; and, when the file
+        system reports its Availability Zone (``availability_zone``, as the platform's Lustre construct does),
+        launches only in that zone. An FSx for Lustre file system lives in one subnet of one AZ: a client in another
+        AZ pays inter-AZ data transfer on every byte it reads or writes, in each direction, and an extra network hop
+        of latency on every Lustre RPC (Amazon EC2 pricing, "Data transfer within the same AWS Region"). A fleet
+        that may launch elsewhere (``same_zone=False``, or an ``availability_zone`` or subnets outside the file
         system's zone) synthesizes with a warning saying so.
     :param reachability: what the fleet's subnets reach (:class:`~gpu_constructs.network.NetworkReachability`,
         e.g. ``GpuNetwork.reachability()``). Default: inferred from the VPC construct when the app is

@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 from gpu_constructs.deprecation import warn_deprecated
 from gpu_constructs.errors import ValidationError
+from gpu_constructs.file_systems.lustre_mount import LustreMount
 from gpu_constructs.fleet.options import FleetAlarms, FleetCapacity, FleetVolumes
-from gpu_constructs.lustre_mount import LustreMount
 
 #: Each deprecated keyword: the ``GpuFleet`` keyword that replaces it and the field it sets there.
 FLAT_KEYWORDS: Mapping[str, tuple[str, str]] = {

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from gpu_constructs.catalog import InstanceType, require_efa
 from gpu_constructs.deprecation import warn_deprecated
 from gpu_constructs.errors import fail, require_range
-from gpu_constructs.lustre_mount import MOUNT_PATH_ALLOWED, is_mount_path
+from gpu_constructs.file_systems.lustre_mount import MOUNT_PATH_ALLOWED, is_mount_path
 
 if TYPE_CHECKING:
     from aws_cdk import Duration, Size

@@ -12,7 +12,7 @@ from constructs import Construct, IValidation
 from gpu_constructs.constants import FLEET_FEATURE_SERVICES, S3_GATEWAY, endpoint_service_name
 from gpu_constructs.dlami import LUSTRE_INSTALL_ROUTE, DlamiImage, lustre_client_lines
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-from gpu_constructs.lustre_mount import LustreFileSystemLike
+from gpu_constructs.file_systems.lustre_mount import LustreFileSystemLike
 from gpu_constructs.network import NetworkReachability, infer_reachability, select_subnets
 
 _INTERNET_PROBLEM = (

@@ -5,7 +5,7 @@ supports an architecture until the major version that drops it (NVIDIA "CUDA Too
 Matrix", https://docs.nvidia.com/datacenter/tesla/drivers/cuda-toolkit-driver-and-architecture-matrix.html; CUDA
 13.0 dropped Maxwell, Pascal and Volta, CUDA 12.0 dropped Kepler; Hopper needs 11.8, Blackwell 12.8). A PyTorch
 build without the GPU's architecture fails on it with "no kernel image is available for execution on the
-device". The windows are the platform's ``gpu_constructs.cuda`` table; the check is the catalog's
+device". The windows are the platform's ``gpu_constructs.catalog.cuda`` table; the check is the catalog's
 ``cuda_support_problem``.
 
 The image's CUDA version is read from a literal AWS Deep Learning Container tag (``...-cu129-...`` = CUDA 12.9).

@@ -59,12 +59,11 @@ _EXPORTS: dict[str, str] = {
     "TRAINING_NAMESPACE": "gpu_constructs.training.roles",
 }
 
-#: The documented API: the construct and the value types of its props (``AlarmThresholds``: deprecated, until it is
-#: removed). The other names of ``_EXPORTS`` (IAM
+#: The documented API: the construct and the value types of its props. The other names of ``_EXPORTS`` (the
+#: deprecated ``AlarmThresholds``, IAM
 #: namespaces, cdk-nag reasons, ``hyperparameter_expression``) serve the library's modules and tests: importable,
 #: not advertised.
 __all__ = [
-    "AlarmThresholds",
     "PrepareOptions",
     "ReadableInput",
     "TrainingAlarms",

@@ -127,8 +127,11 @@ class TrainingPipeline(RoleConnectable, Construct):
         logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
         (``iam.Role.from_role_arn(...)``). The prepare step always has a role of its own.
     :param alarm_thresholds: deprecated: ``alarms``.
-    :param source_dir: deprecated: ``code=TrainingCodeOptions(source_dir=...)``; the same for ``entry_point``,
-        ``distribution``, ``framework`` and ``package_index``.
+    :param source_dir: deprecated: ``code=TrainingCodeOptions(source_dir=...)``.
+    :param entry_point: deprecated: ``code=TrainingCodeOptions(entry_point=...)``.
+    :param distribution: deprecated: ``code=TrainingCodeOptions(distribution=...)``.
+    :param framework: deprecated: ``code=TrainingCodeOptions(framework=...)``.
+    :param package_index: deprecated: ``code=TrainingCodeOptions(package_index=...)``.
     """
 
     def __init__(

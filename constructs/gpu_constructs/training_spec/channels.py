@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from gpu_constructs.errors import ValidationError, is_token
-from gpu_constructs.fsx_facts import FILE_SYSTEM_ID_ALLOWED, is_file_system_id
+from gpu_constructs.file_systems.fsx_facts import FILE_SYSTEM_ID_ALLOWED, is_file_system_id
 from gpu_constructs.training_spec.limits import (
     COMPRESSIONS,
     DISTRIBUTIONS,

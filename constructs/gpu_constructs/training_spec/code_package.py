@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gpu_constructs.errors import ValidationError, is_token
-from gpu_constructs.runtime_files import shipped_files
+from gpu_constructs.packaging.runtime_files import shipped_files
+from gpu_constructs.packaging.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE, _entry, write_once
 from gpu_constructs.training_spec.code import entry_point_problem
-from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE, _entry, write_once
 
 __all__ = [
     "CODE_ARCHIVE_NAME",
@@ -472,7 +472,7 @@ def ensure_source_package(
     cache_dir: Path | None = None,
 ) -> tuple[Path, CodePackage]:
     """:func:`package_source_dir`, written once per content as ``<cache>/<hash>/sourcedir.tar.gz`` (see
-    :func:`gpu_constructs.wheel.write_once`): a stable path for a CDK S3 asset."""
+    :func:`gpu_constructs.packaging.wheel.write_once`): a stable path for a CDK S3 asset."""
     package = package_source_dir(source_dir, entry_point, max_bytes=max_bytes)
     return write_once(CODE_ARCHIVE_NAME, package.data, cache_dir, kind="code"), package
 
@@ -500,7 +500,7 @@ def build_driver(runtime_dir: Path = DEFAULT_RUNTIME_DIR, wheels_dir: Path = DEF
     * ``wheels/<name>.whl``: every wheel in ``wheels_dir`` (the launcher installs those the image lacks).
 
     Entries are sorted in that order, stored uncompressed with the zip epoch as timestamp (as
-    :mod:`gpu_constructs.wheel` writes them).
+    :mod:`gpu_constructs.packaging.wheel` writes them).
     """
     for what, folder in (("the runtime folder", Path(runtime_dir)), ("the vendored wheels folder", Path(wheels_dir))):
         missing = _missing_runtime(what, folder)
@@ -534,6 +534,6 @@ def ensure_driver(
     runtime_dir: Path = DEFAULT_RUNTIME_DIR, wheels_dir: Path = DEFAULT_WHEELS_DIR, cache_dir: Path | None = None
 ) -> Path:
     """:func:`build_driver`, written once per content as ``<cache>/<hash>/gpu_train_driver.pyz`` (see
-    :func:`gpu_constructs.wheel.write_once`): a stable path for a CDK S3 asset."""
+    :func:`gpu_constructs.packaging.wheel.write_once`): a stable path for a CDK S3 asset."""
     name, data = build_driver(runtime_dir, wheels_dir)
     return write_once(name, data, cache_dir, kind="driver")

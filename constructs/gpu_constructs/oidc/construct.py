@@ -19,7 +19,7 @@ from constructs import Construct
 
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-from gpu_constructs.oidc_facts import PRESETS, IssuerPreset, provider_arn, provider_name
+from gpu_constructs.oidc.facts import PRESETS, IssuerPreset, provider_arn, provider_name
 
 Issuer = Literal["github", "gitlab", "custom"]
 Mode = Literal["deploy", "diff"]

@@ -9,8 +9,8 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from gpu_constructs.errors import ValidationError, path_of
-from gpu_constructs.fsx import LUSTRE_PORTS
-from gpu_constructs.lustre_mount import LustreFileSystemLike
+from gpu_constructs.file_systems.fsx import LUSTRE_PORTS
+from gpu_constructs.file_systems.lustre_mount import LustreFileSystemLike
 
 __all__ = ["allow_lustre_clients"]
 

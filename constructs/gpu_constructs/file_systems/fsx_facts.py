@@ -1,7 +1,8 @@
 """Documented facts of FSx for Lustre and the helpers that need no CDK: sizing and the SageMaker channel.
 
 Importing this module does not load the CDK, so the config model and the operator CLI use it directly;
-:mod:`gpu_constructs.fsx` re-exports everything. Sources of every number: see :mod:`gpu_constructs.fsx`.
+:mod:`gpu_constructs.file_systems.fsx` re-exports everything. Sources of every number: see
+:mod:`gpu_constructs.file_systems.fsx`.
 """
 
 from __future__ import annotations

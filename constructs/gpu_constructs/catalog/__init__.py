@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from gpu_constructs.cuda import (
+from gpu_constructs.catalog.cuda import (
     CudaVersion,
     parse_cuda_version,
 )
@@ -69,8 +69,8 @@ __all__ = [
     "require_nvidia_gpu",
     "suggest_gpu_types",
 ]
-from gpu_constructs.catalog_data import _TABLE, ACCELERATORS, CATALOG, EXCLUDED_FAMILIES
-from gpu_constructs.catalog_types import (
+from gpu_constructs.catalog.data import _TABLE, ACCELERATORS, CATALOG, EXCLUDED_FAMILIES
+from gpu_constructs.catalog.types import (
     ALL_USAGES,
     BOTOCORE_SAGEMAKER_SHAPES,
     SAGEMAKER_USAGES,

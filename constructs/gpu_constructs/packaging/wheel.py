@@ -3,7 +3,7 @@
 ``GpuNotebook`` ships such a wheel to the notebook as a CDK S3 asset (``NotebookPackage``); the
 platform's app builds its own (``gpuctl``, ``gpu_train``, ``gpu_serve``, ... from the repository's
 ``pyproject.toml``) with :func:`ensure_wheel`, and ``make wheel`` writes the same bytes to ``dist/``
-(``python -m gpu_constructs.wheel PROJECT_DIR OUTDIR``).
+(``python -m gpu_constructs.packaging.wheel PROJECT_DIR OUTDIR``).
 
 What goes in comes from ``pyproject.toml`` alone: ``[project]`` (name, version, description, license,
 ``requires-python``, ``dependencies`` and ``optional-dependencies`` as ``Requires-Dist`` / ``Provides-Extra``,
@@ -67,7 +67,7 @@ WHEEL_NAME_ALLOWED = "a wheel file name <name>-<version>-<python tag>-<abi tag>-
 #: The zip epoch: every entry gets this timestamp, so the bytes do not depend on checkout times.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _FILE_MODE = 0o100644
-_GENERATOR = "gpu_constructs.wheel"
+_GENERATOR = "gpu_constructs.packaging.wheel"
 #: A PEP 508 requirement: a distribution name first (the rest, versions and markers, is pip's to read).
 _REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:[\[(<>=!~;@ ].*)?$")
 _REQUIREMENT_ALLOWED = 'a PEP 508 requirement string such as "boto3>=1.44,<2"'
@@ -309,10 +309,11 @@ def ensure_wheel(root: Path, cache_dir: Path | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpu_constructs.wheel PROJECT_DIR [OUTDIR]``: write PROJECT_DIR's wheel into OUTDIR (dist)."""
+    """``python -m gpu_constructs.packaging.wheel PROJECT_DIR [OUTDIR]``: write PROJECT_DIR's wheel into OUTDIR
+    (default: dist)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not 1 <= len(args) <= 2 or any(a.startswith("-") for a in args):
-        print("usage: python -m gpu_constructs.wheel PROJECT_DIR [OUTDIR]", file=sys.stderr)
+        print("usage: python -m gpu_constructs.packaging.wheel PROJECT_DIR [OUTDIR]", file=sys.stderr)
         return 2
     outdir = Path(args[1] if len(args) > 1 else "dist")
     try:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from gpu_constructs.errors import fail, require_range
+from gpu_constructs.packaging.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 from gpu_constructs.s3_keys import has_key_characters, is_relative_key
-from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 
 __all__ = ["MAX_VOLUME_GIB", "MIN_VOLUME_GIB", "check_package_key", "check_volume_size"]
 

@@ -22,7 +22,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from gpu_constructs.errors import fail
-from gpu_constructs.file_system import FileSystemChannelSource
+from gpu_constructs.file_systems.base import FileSystemChannelSource
 from gpu_constructs.keys import given_or_new_key
 
 __all__ = ["EFS_PORT", "GpuEfsFileSystem"]

@@ -12,7 +12,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from gpu_constructs.errors import path_of
-from gpu_constructs.fsx_facts import AccessMode, FileSystemType, sagemaker_channel
+from gpu_constructs.file_systems.fsx_facts import AccessMode, FileSystemType, sagemaker_channel
 
 
 class FileSystemChannelSource(Construct):

@@ -131,7 +131,7 @@ class LustreMount:
         self, where: str, *, prefix: str = "lustre_", max_wait_seconds: float | None = None, max_wait_reason: str = ""
     ) -> None:
         """Deprecated: use :meth:`validate` (``max_wait_seconds`` is now ``max_wait``, a ``Duration``)."""
-        warn_deprecated("gpu_constructs.lustre_mount.LustreMount.check", "LustreMount.validate")
+        warn_deprecated("gpu_constructs.file_systems.lustre_mount.LustreMount.check", "LustreMount.validate")
         max_wait = None
         if max_wait_seconds is not None:
             from aws_cdk import Duration
@@ -156,7 +156,10 @@ class LustreMount:
 __getattr__ = deprecated_attributes(
     __name__,
     {
-        "check_mount_path": ("gpu_constructs.lustre_mount.is_mount_path", lambda: _check_mount_path),
-        "check_file_system": ("gpu_constructs.lustre_mount.LustreMount.validate", lambda: _check_file_system),
+        "check_mount_path": ("gpu_constructs.file_systems.lustre_mount.is_mount_path", lambda: _check_mount_path),
+        "check_file_system": (
+            "gpu_constructs.file_systems.lustre_mount.LustreMount.validate",
+            lambda: _check_file_system,
+        ),
     },
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_constructs.catalog_types import SAGEMAKER_USAGES, Accelerator, InstanceType, SageMakerUsage
+from gpu_constructs.catalog.types import SAGEMAKER_USAGES, Accelerator, InstanceType, SageMakerUsage
 
 
 def _acc(*args: Any, **kwargs: Any) -> tuple[str, Accelerator]:

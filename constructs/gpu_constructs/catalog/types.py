@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from gpu_constructs.cuda import ArchitectureSupport, architecture_support
+from gpu_constructs.catalog.cuda import ArchitectureSupport, architecture_support
 
 Usage = Literal["training", "hosting", "notebook", "processing", "ec2"]
 SageMakerUsage = Literal["training", "hosting", "notebook", "processing"]

@@ -52,13 +52,13 @@ from constructs import Construct
 from gpu_constructs.catalog import InstanceType, lookup, require_nvidia_gpu
 from gpu_constructs.deprecation import renamed_keywords
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-from gpu_constructs.lustre_clients import allow_lustre_clients
-from gpu_constructs.lustre_mount import LustreFileSystemLike, LustreMount
-from gpu_constructs.notebook_options import check_package_key, check_volume_size
+from gpu_constructs.file_systems.lustre_clients import allow_lustre_clients
+from gpu_constructs.file_systems.lustre_mount import LustreFileSystemLike, LustreMount
+from gpu_constructs.notebook.options import check_package_key, check_volume_size
+from gpu_constructs.packaging.scripts import render_script
+from gpu_constructs.packaging.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 from gpu_constructs.principals import RoleCompute
 from gpu_constructs.role_acknowledgments import PolicyWildcards, acknowledge_role_policy
-from gpu_constructs.scripts import render_script
-from gpu_constructs.wheel import WHEEL_NAME_ALLOWED, WHEEL_NAME_RE
 
 __all__ = ["LIFECYCLE_CONTENT_LIMIT", "NOTEBOOK_LOG_GROUP", "NOTEBOOK_PYTHON", "GpuNotebook", "NotebookPackage"]
 

@@ -46,8 +46,8 @@ from constructs import Construct
 
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
-from gpu_constructs.file_system import FileSystemChannelSource
-from gpu_constructs.fsx_facts import (
+from gpu_constructs.file_systems.base import FileSystemChannelSource
+from gpu_constructs.file_systems.fsx_facts import (
     CAPACITY_FIRST_STEPS,
     CAPACITY_INCREMENT_GIB,
     CHUNK_SIZE_RANGE_MIB,
