@@ -1,6 +1,6 @@
 """Every shell command of the READMEs is run by CI, so the READMEs cannot drift.
 
-``python -m platform_tools.readme_commands --check`` (fast, runs nothing; ``tests/unit/test_readme_commands.py``
+``python -m platform_tools.readme_commands --check`` (fast, runs nothing; ``tests/tools/test_readme_commands.py``
 calls it) parses every git-tracked ``README.md`` and classifies each shell command it shows:
 
 * ``run``: executed by ``--run`` (``make readme-commands``, which ``make test`` runs after the test suite);

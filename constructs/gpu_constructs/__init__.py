@@ -5,7 +5,7 @@ package of the library uses), so ``import gpu_constructs``, ``import gpu_constru
 does not start the CDK runtime. ``from gpu_constructs import GpuNetwork`` works as usual.
 
 To export a new public name, add it to ``_EXPORTS`` (name -> module) and to the ``TYPE_CHECKING`` block, then
-regenerate the API snapshot (``tests/unit/test_api_surface.py`` says how): the public surface changes only by a
+regenerate the API snapshot (``tests/constructs/test_api_surface.py`` says how): the public surface changes only by a
 reviewed diff.
 """
 

@@ -6,7 +6,7 @@ package's ``__init__``: a name is imported from its module on first use, so impo
 
 This is the library's one lazy-export mechanism: the root package and every sub-package that defers imports
 use it, so the error for an unknown name, ``dir()`` and the caching of a loaded name behave the same everywhere.
-A package's ``__all__`` (its documented API, pinned by ``tests/unit/test_api_surface.py``) may list fewer names
+A package's ``__all__`` (its documented API, pinned by ``tests/constructs/test_api_surface.py``) may list fewer names
 than ``exports``: the others stay importable for the library's own modules and tests without being advertised.
 """
 

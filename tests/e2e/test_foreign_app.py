@@ -378,7 +378,7 @@ def test_version_matches_pyproject() -> None:
     project = tomllib.loads(PYPROJECT.read_text())["project"]
     assert project["name"] == "gpu-constructs"
     assert re.fullmatch(r"\d+\.\d+\.\d+", gpu_constructs.__version__)
-    # One version source: pyproject.toml reads gpu_constructs/_version.py (tests/unit/test_api_surface.py).
+    # One version source: pyproject.toml reads gpu_constructs/_version.py (tests/constructs/test_api_surface.py).
     assert project["dynamic"] == ["version"] and "version" not in project
     assert tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["dynamic"]["version"] == {
         "attr": "gpu_constructs._version.__version__"
@@ -475,7 +475,8 @@ def test_wheel_contains_every_module_data_file_and_the_runtime(wheels: dict[str,
 @pytest.mark.slow
 def test_wheel_built_from_the_library_folder_alone_has_no_runtime(wheels: dict[str, Path]) -> None:
     """Without ../containers/training the build succeeds and the wheel has every module but no runtime: where it
-    is installed, TrainingPipeline fails with an error naming both places (tests/unit/test_code_package.py)."""
+    is installed, TrainingPipeline fails with an error naming both places
+    (tests/constructs/training/test_code_package.py)."""
     names = set(zipfile.ZipFile(wheels["alone"]).namelist())
     assert not [n for n in names if n.startswith("gpu_constructs/_runtime/")]
     assert {n for n in names if n.endswith(".py")} == {

@@ -1,7 +1,7 @@
 """IAM policy evaluation: is one request allowed by the identity policies of its principal and the resource's policy?
 
 One small module that follows the documented evaluation logic, case by case (each case is a test in
-``tests/unit/test_authz_policy.py`` that cites the IAM User Guide):
+``tests/constructs/authz/test_authz_policy.py`` that cites the IAM User Guide):
 
 * "Policy evaluation logic" (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html):
   an explicit ``Deny`` in any applicable policy wins; within one account a request is allowed when an identity

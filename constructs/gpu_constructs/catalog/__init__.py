@@ -21,7 +21,7 @@ instance-types.md``), cross-checked against the Amazon EC2 User Guide; P2 facts 
 Guide's accelerated-computing page. GPU memory is the value EC2 reports (MiB per GPU; e.g. the A10G's
 "24 GB" is reported as 22,888 MiB). Network bandwidth is the *baseline* EC2 reports; smaller sizes burst
 higher ("up to 10/25 Gbps"). SageMaker and EC2 validity is recorded here and verified against
-botocore's service models by ``tests/unit/test_catalog.py``. See ``docs/gpu-instances.md``.
+botocore's service models by ``tests/constructs/catalog/test_catalog.py``. See ``docs/gpu-instances.md``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ AWS facts this relies on:
   https://docs.aws.amazon.com/sagemaker/latest/dg/nbi-al2023.html), the default platform: botocore
   1.44.5, sagemaker CreateNotebookInstanceInput.PlatformIdentifier: "The default value is
   ``notebook-al2023-v1``". A package must therefore install on Python 3.10 (the platform's wheel says
-  ``Requires-Python: >=3.10``; tests/unit/test_notebook_package.py checks it).
+  ``Requires-Python: >=3.10``; tests/constructs/notebook/test_notebook_package.py checks it).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from gpu_constructs.catalog.cuda import (
 )
 from gpu_constructs.errors import ValidationError
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "gpu-instances.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "gpu-instances.md"
 GIB = 1024**3
 
 

@@ -39,7 +39,7 @@ MODEL_KEY = "models/classifier/v1/model.tar.gz"
 #: Logical id of an immutable resource: construct id + 8-hex content hash + CDK's 8-hex path hash.
 HASHED_ID = re.compile(r"^(?P<prefix>[A-Za-z]+?)(?P<content>[0-9a-f]{8})[0-9A-F]{8}$")
 #: The app's feature flags (cdk.json), so these stacks synthesize like the platform's.
-CONTEXT: dict[str, Any] = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]
+CONTEXT: dict[str, Any] = json.loads((Path(__file__).resolve().parents[1] / "cdk.json").read_text())["context"]
 
 
 def as_list(value: Any) -> list[Any]:

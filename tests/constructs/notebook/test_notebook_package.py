@@ -26,7 +26,7 @@ from gpu_constructs import __version__
 from gpu_constructs.notebook.construct import NOTEBOOK_PYTHON
 from gpu_constructs.packaging.wheel import build_wheel, ensure_wheel, load_spec, main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 

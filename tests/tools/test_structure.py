@@ -430,3 +430,24 @@ def test_checker_finds_sys_path_edits(tmp_path: Path, source: str, edits: list[i
     path = tmp_path / "m.py"
     path.write_text(source)
     assert sys_path_edits(path) == edits
+
+
+#: Sub-packages of gpu_constructs whose tests live elsewhere than tests/constructs/<name>/, and why.
+TESTS_ELSEWHERE = {
+    "rules": "tests/rules/: one test file per rule of the pack, beside the pack's own tests",
+    "training_spec": "tests/constructs/training/: the job spec is what the training pipeline renders",
+}
+
+
+def test_the_tests_mirror_the_construct_packages() -> None:
+    """Each sub-package of gpu_constructs has its tests in tests/constructs/<name>/ (or a stated other home), and the
+    test folders name no package that does not exist."""
+    library = ROOT / "constructs" / "gpu_constructs"
+    packages = {p.parent.name for p in library.glob("*/__init__.py")} - {"_runtime"}
+    folders = {p.name for p in (ROOT / "tests" / "constructs").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    untested = sorted(packages - folders - set(TESTS_ELSEWHERE))
+    assert untested == [], f"sub-packages without tests/constructs/<name>/: {untested}"
+    assert folders <= packages, f"tests/constructs/ folders naming no sub-package: {sorted(folders - packages)}"
+    assert not (ROOT / "tests" / "unit").exists(), "tests/unit/ is sorted into tests/constructs, config, gpuctl, ..."
+    for name in folders:
+        assert list((ROOT / "tests" / "constructs" / name).glob("test_*.py")), f"tests/constructs/{name}/ has no tests"

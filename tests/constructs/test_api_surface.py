@@ -8,7 +8,7 @@ default values, so the file is the same on every run and every Python patch vers
 
 When a change to the surface is intended, rewrite the file and commit it with the change::
 
-    .venv/bin/python tests/unit/test_api_surface.py --update
+    .venv/bin/python tests/constructs/test_api_surface.py --update
 
 The same file checks the rest of the contract: the packages are imported lazily (``import gpu_constructs`` and
 its sub-packages load no ``aws_cdk``; a name loads its module on first use), and the version is written once, in
@@ -45,7 +45,7 @@ PACKAGES = (
     "gpu_constructs.training_spec",
 )
 SNAPSHOT = Path(__file__).with_name("api_surface.txt")
-UPDATE_COMMAND = ".venv/bin/python tests/unit/test_api_surface.py --update"
+UPDATE_COMMAND = ".venv/bin/python tests/constructs/test_api_surface.py --update"
 ROOT = Path(__file__).resolve().parents[2]
 
 #: ``<aws_cdk.Duration object at 0x7f...>`` -> ``<aws_cdk.Duration object>``: an address changes on every run.

@@ -23,7 +23,7 @@ from aws_cdk import assertions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
-from test_boot_script import DNS, FakeHost, Run  # the shared fake host (same directory)
+from host_helpers import DNS, FakeHost, Run  # the fake instance the boot script's tests use too
 
 from gpu_constructs import __version__
 from gpu_constructs.errors import ValidationError
@@ -31,7 +31,7 @@ from gpu_constructs.fleet import render_script
 from gpu_constructs.notebook import construct as notebook_module
 from gpu_constructs.notebook.construct import GpuNotebook, NotebookPackage
 
-ASSETS = Path(__file__).resolve().parents[2] / "constructs" / "gpu_constructs" / "assets"
+ASSETS = Path(__file__).resolve().parents[3] / "constructs" / "gpu_constructs" / "assets"
 START = ASSETS / "notebook_on_start.sh"
 WHEEL = f"gpu_platform-{__version__}-py3-none-any.whl"
 # Where a CDK asset lands: the object key is the asset hash, so the script gets the wheel's name apart.
@@ -634,7 +634,7 @@ def test_dev_fleets_stack_ships_the_platform_wheel(synth: Any) -> None:
 
     result = synth("dev")
     exports = _lifecycle_exports(result.templates["gpu-dev-fleets"])
-    wheel = ensure_wheel(Path(__file__).resolve().parents[2])
+    wheel = ensure_wheel(Path(__file__).resolve().parents[3])
     assert exports["GPUCTL_PACKAGE_FILE"] == wheel.name == WHEEL
     uri = json.loads(exports["GPUCTL_PACKAGE_URI"])["Fn::Sub"]
     assert uri.startswith("s3://cdk-hnb659fds-assets-${AWS::AccountId}-") and uri.endswith(".whl")
@@ -649,7 +649,7 @@ def test_configured_package_key_overrides_the_asset() -> None:
     from stacks.app_builder import build_platform_stacks
     from stacks.config import parse_config
 
-    path = Path(__file__).resolve().parents[2] / "config" / "dev.yaml"
+    path = Path(__file__).resolve().parents[3] / "config" / "dev.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["fleets"]["notebooks"][0]["gpuctl_package_key"] = f"tools/team/{WHEEL}"
     config = parse_config(yaml.safe_dump(doc), path)

@@ -48,7 +48,7 @@ from gpu_constructs.training_spec.code_package import (
 from gpuctl.aws_errors import AwsProblem
 from gpuctl.code_upload import upload_package
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BOOTSTRAP = DEFAULT_RUNTIME_DIR / "gpu_train" / "bootstrap.py"
 
 
