@@ -19,6 +19,7 @@ from gpu_constructs.endpoint.base import (
     MAX_BAKE_S,
     MAX_EXECUTION_TIMEOUT_S,
     MIN_EXECUTION_TIMEOUT_S,
+    PROVISION_TIMEOUT_RANGE_S,
     STEP_PERCENT_RANGE,
     TIMEOUT_RANGE_S,
     VOLUME_SIZE_RANGE_GB,
@@ -54,6 +55,11 @@ if TYPE_CHECKING:
 
 #: The model download and container start-up limits, in seconds (the library's range).
 TimeoutSeconds = Annotated[int, Field(ge=TIMEOUT_RANGE_S[0], le=TIMEOUT_RANGE_S[1]), Allowed("seconds")]
+
+#: How long SageMaker keeps provisioning a variant's instances after an insufficient-capacity error, in seconds.
+ProvisionSeconds = Annotated[
+    int | None, Field(ge=PROVISION_TIMEOUT_RANGE_S[0], le=PROVISION_TIMEOUT_RANGE_S[1]), Allowed("seconds")
+]
 
 #: A bake time or termination wait of a deployment, in minutes (the library's limit is in seconds).
 BakeMinutes = Annotated[int, Field(ge=0, le=MAX_BAKE_S // 60), Allowed("minutes")]
@@ -349,6 +355,11 @@ class EndpointConfig(StrictModel):
     startup_health_check_timeout_seconds: TimeoutSeconds = Field(
         DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT_S, description="Container start-up /ping limit (60-3600 s)"
     )
+    instance_provision_timeout_seconds: ProvisionSeconds = Field(
+        None,
+        description="How long SageMaker keeps provisioning instances after an insufficient-capacity error "
+        "(300-3600 s; null: SageMaker's default)",
+    )
     network_isolation: bool = Field(True, description="No network access for the container")
     batching: EndpointBatchingConfig | None = Field(
         None,
@@ -485,6 +496,11 @@ class EndpointConfig(StrictModel):
             "volume_size_gib": self.volume_size_gb,
             "model_download_timeout": Duration.seconds(self.model_download_timeout_seconds),
             "container_startup_health_check_timeout": Duration.seconds(self.startup_health_check_timeout_seconds),
+            "instance_provision_timeout": (
+                None
+                if self.instance_provision_timeout_seconds is None
+                else Duration.seconds(self.instance_provision_timeout_seconds)
+            ),
             "deployment": self.deployment.blue_green(),
             "alarms": self.alarms.thresholds(),
             "autoscaling": self.autoscaling.target_tracking() if self.autoscaling is not None else None,

@@ -35,6 +35,7 @@ def test_config_defaults() -> None:
         True,
     )
     assert (ep.model_download_timeout_seconds, ep.startup_health_check_timeout_seconds) == (1200, 600)
+    assert ep.instance_provision_timeout_seconds is None  # SageMaker's default: the template leaves it out
     assert ep.batching is None  # the image's own batching (gpu_serve: 32 rows, 5 ms; the DLC: none)
     assert ep.data_capture is None and ep.async_inference is None and ep.autoscaling is None and ep.off_hours is None
     assert (ep.deployment.traffic, ep.deployment.wait_minutes, ep.deployment.auto_rollback) == ("all_at_once", 5, True)
@@ -78,6 +79,11 @@ CONFIG_RULES: list[tuple[str, str, str]] = [
     ("volume range", M + "instance_type: ml.p3.2xlarge\nvolume_size_gb: 600", r"1..512"),
     ("count", M + "instance_count: 0", r"instance_count: 0: allowed: 1 or more"),
     ("timeout", M + "model_download_timeout_seconds: 10", r"60..3600"),
+    (
+        "provision timeout",
+        M + "instance_provision_timeout_seconds: 120",
+        r"instance_provision_timeout_seconds.*300..3600",
+    ),
     ("env key", M + "environment: {1X: a}", r"environment keys=\['1X'\] is not allowed; allowed: names"),
     (
         "batch size",
@@ -257,3 +263,24 @@ def test_config_endpoint_keys_and_enabled() -> None:
     emails = empty.replace("{enabled: true}", "{alarm_emails: [not-an-email]}")
     with pytest.raises(ConfigError, match=r"not e-mail addresses"):
         parse_config(emails, Path("config/dev.yaml"), "dev")
+
+
+def test_the_provision_timeout_reaches_the_construct_as_a_duration() -> None:
+    """A setting of the config model becomes the construct's prop in the model's own mapping (``endpoint_props``):
+    the stack passes it on without naming it."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_s3 as s3
+
+    from gpu_constructs.endpoint import GPU_SERVE_BATCHING_ENV
+
+    ep = _parse("model_data: models/a/v1/model.tar.gz\ninstance_provision_timeout_seconds: 900").inference.endpoints[
+        "classifier"
+    ]
+    bucket = s3.Bucket(cdk.Stack(cdk.App(), "S"), "Artifacts")
+    props = ep.endpoint_props(artifacts_bucket=bucket, batching_env=GPU_SERVE_BATCHING_ENV)
+    assert props["instance_provision_timeout"].to_seconds() == 900
+    unset = _parse("model_data: models/a/v1/model.tar.gz").inference.endpoints["classifier"]
+    assert (
+        unset.endpoint_props(artifacts_bucket=bucket, batching_env=GPU_SERVE_BATCHING_ENV)["instance_provision_timeout"]
+        is None
+    )

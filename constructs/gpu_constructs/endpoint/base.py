@@ -23,6 +23,10 @@ UNIT_NAMES = ("Count", "Milliseconds", "Seconds", "Bytes", "Percent", "None")
 
 #: Timeouts of the model download and the container's start-up health check, in seconds.
 TIMEOUT_RANGE_S = (60, 3600)
+#: ``ProductionVariant.VariantInstanceProvisionTimeoutInSeconds``, in seconds: how long SageMaker keeps provisioning
+#: a variant's instances after an insufficient-capacity error (retrying the next instance pool, if any). The botocore
+#: sagemaker service model: "Valid values: 300 to 3600" (min 300, max 3600).
+PROVISION_TIMEOUT_RANGE_S = (300, 3600)
 #: Size of the EBS ML storage volume (types without local NVMe), in GB.
 VOLUME_SIZE_RANGE_GB = (1, 512)
 

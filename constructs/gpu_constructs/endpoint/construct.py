@@ -31,6 +31,7 @@ from gpu_constructs.endpoint.alarms import EndpointAlarms
 from gpu_constructs.endpoint.autoscaling import add_autoscaling
 from gpu_constructs.endpoint.base import (
     LOG_GROUP_PREFIX,
+    PROVISION_TIMEOUT_RANGE_S,
     SINGLE_INSTANCE_WARNING_ID,
     TIMEOUT_RANGE_S,
     VOLUME_SIZE_RANGE_GB,
@@ -114,6 +115,8 @@ class GpuEndpoint(Construct):
         sized for multi-GB GPU models).
     :param container_startup_health_check_timeout: time for ``/ping`` to pass after start, 60 s-1 h
         (default: 10 minutes, time to load weights onto the GPU).
+    :param instance_provision_timeout: how long SageMaker keeps provisioning the variant's instances after an
+        insufficient-capacity error before the deployment fails, 5 minutes-1 hour (default: SageMaker's).
     :param data_capture: request/response capture (default: none).
     :param async_inference: asynchronous inference (default: none — a real-time endpoint).
     :param deployment: blue/green deployment (default: all at once, 5-minute bake, auto rollback).
@@ -158,6 +161,7 @@ class GpuEndpoint(Construct):
         volume_size_gib: int | None = None,
         model_download_timeout: Duration | None = None,
         container_startup_health_check_timeout: Duration | None = None,
+        instance_provision_timeout: Duration | None = None,
         data_capture: DataCapture | None = None,
         async_inference: AsyncInference | None = None,
         deployment: BlueGreenDeployment | None = None,
@@ -187,6 +191,8 @@ class GpuEndpoint(Construct):
         self.endpoint_name = self._validate_endpoint_name(endpoint_name)
         self._validate_container(variant_name, env, batching, image)
         self._validate_hosting(vpc, vpc_subnets, security_groups, volume_size_gib, timeouts)
+        self._validate_provision_timeout(instance_provision_timeout)
+        self._provision_timeout = instance_provision_timeout
         self._validate_traffic(data_capture, async_inference, initial_instance_count)
         self._validate_scaling(autoscaling, off_hours, cpu_variant, initial_instance_count)
         check_log_metric_filters(path_of(self), log_metric_filters)
@@ -375,6 +381,14 @@ class GpuEndpoint(Construct):
             seconds = value.to_seconds()
             if not low <= seconds <= high:
                 raise fail(self, f"{name} (seconds)", seconds, f"{low} to {high} seconds")
+
+    def _validate_provision_timeout(self, timeout: Duration | None) -> None:
+        if timeout is None or is_token(timeout.to_seconds()):
+            return
+        low, high = PROVISION_TIMEOUT_RANGE_S
+        seconds = timeout.to_seconds()
+        if not low <= seconds <= high:
+            raise fail(self, "instance_provision_timeout (seconds)", seconds, f"{low} to {high} seconds")
 
     def _validate_volume_size(self, size: int | None) -> None:
         if size is None or is_token(size):
@@ -624,6 +638,9 @@ class GpuEndpoint(Construct):
             volume_size_in_gb=volume_size_gib,
             model_data_download_timeout_in_seconds=int(download.to_seconds()),
             container_startup_health_check_timeout_in_seconds=int(startup.to_seconds()),
+            variant_instance_provision_timeout_in_seconds=(
+                None if self._provision_timeout is None else int(self._provision_timeout.to_seconds())
+            ),
         )
         config_props: dict[str, Any] = {
             "production_variants": [variant],

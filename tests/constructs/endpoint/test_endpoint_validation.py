@@ -133,6 +133,16 @@ RULES: list[tuple[str, dict[str, Any], str]] = [
         {"container_startup_health_check_timeout": cdk.Duration.hours(2)},
         r"container_startup_health_check_timeout \(seconds\)=7200",
     ),
+    (
+        "provision timeout below SageMaker's 300 s",
+        {"instance_provision_timeout": cdk.Duration.seconds(299)},
+        r"instance_provision_timeout \(seconds\)=299 is not allowed; allowed: 300 to 3600 seconds",
+    ),
+    (
+        "provision timeout above SageMaker's 3600 s",
+        {"instance_provision_timeout": cdk.Duration.minutes(61)},
+        r"instance_provision_timeout \(seconds\)=3660 is not allowed; allowed: 300 to 3600 seconds",
+    ),
     ("sampling percentage", {"data_capture": _capture(sampling_percentage=101)}, r"sampling_percentage=101"),
     ("capture nothing", {"data_capture": _capture(capture_input=False, capture_output=False)}, r"at least one of them"),
     ("capture prefix", {"data_capture": _capture(prefix="../x/")}, r"data_capture.prefix='../x/'"),
@@ -270,8 +280,11 @@ def test_valid_edge_values_pass(make: Callable[..., GpuEndpoint]) -> None:
         off_hours=OffHoursSchedule(start_hour=0, end_hour=23, week_days="MON,WED,FRI", off_hours_capacity=1),
         model_data=_model("ssm", "/gpu/models/latest"),
         alarms=EndpointAlarms(period=cdk.Duration.seconds(30), evaluation_periods=1, datapoints_to_alarm=1),
+        instance_provision_timeout=cdk.Duration.hours(1),
     )
     assert ep.deployment.shift_steps == 1 and ep.gpu_count == 1
+    (variant,) = cdk.Stack.of(ep).resolve(ep.endpoint_config.production_variants)
+    assert variant["variantInstanceProvisionTimeoutInSeconds"] == 3600
     # deploy-time model data: CloudFormation names the model, which it can then replace
     assert cdk.Token.is_unresolved(ep.model_name)
 
