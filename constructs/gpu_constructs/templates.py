@@ -29,6 +29,23 @@ class StackView:
         return self.template.get("Resources") or {}
 
 
+class TemplateResource:
+    """What every view of one template resource reads from its ``definition``: the type and the properties.
+
+    A mixin of the frozen dataclasses that locate a resource (the rule pack's ``Resource``, the authorization
+    model's ``Located``), so the two read a resource's fields one way."""
+
+    definition: Mapping[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.definition.get("Type", ""))
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        return self.definition.get("Properties") or {}
+
+
 def ref_id(value: Any) -> str | None:
     """The logical id a value points to: ``{"Ref": X}`` or ``{"Fn::GetAtt": [X, attr]}`` (else ``None``)."""
     if isinstance(value, Mapping):

@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from gpu_constructs.authz.policy import PolicySet
-from gpu_constructs.templates import StackView
+from gpu_constructs.templates import StackView, TemplateResource
 
 SAMPLE_ACCOUNT = "123456789012"
 SAMPLE_REGION = "us-east-1"
@@ -84,20 +84,12 @@ class UnresolvableValue(ValueError):
 
 
 @dataclass(frozen=True)
-class Located:
+class Located(TemplateResource):
     """A resource of the assembly: its stack, logical id and definition."""
 
     stack: StackView
     logical_id: str
     definition: Mapping[str, Any]
-
-    @property
-    def type(self) -> str:
-        return str(self.definition.get("Type", ""))
-
-    @property
-    def properties(self) -> Mapping[str, Any]:
-        return self.definition.get("Properties") or {}
 
 
 class Assembly:

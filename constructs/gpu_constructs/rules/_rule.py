@@ -25,6 +25,7 @@ from typing import Any
 # modules import them from here, beside the rule model.
 from gpu_constructs.templates import (  # noqa: F401 (re-exported for the rule modules)
     StackView,
+    TemplateResource,
     as_list,
     flatten,
     literal,
@@ -54,7 +55,7 @@ _FINDING_FORBIDDEN = re.compile(r"[\[\],\s]")
 
 
 @dataclass(frozen=True)
-class Resource:
+class Resource(TemplateResource):
     """One resource of a synthesized template, with what a rule may need around it."""
 
     logical_id: str
@@ -62,14 +63,6 @@ class Resource:
     stack: StackView
     #: Every stack of the cloud assembly (this one included), for rules that look across stacks.
     assembly: Sequence[StackView] = field(default=())
-
-    @property
-    def type(self) -> str:
-        return str(self.definition.get("Type", ""))
-
-    @property
-    def properties(self) -> Mapping[str, Any]:
-        return self.definition.get("Properties") or {}
 
     @property
     def template(self) -> Mapping[str, Any]:

@@ -8,19 +8,15 @@ _DISTRIBUTION = "gpu-platform"
 
 
 def __getattr__(name: str) -> str:
-    """``__version__``, read on first use from the installed distribution's metadata (PEP 562).
-
-    The version is written once, in ``gpu_constructs/_version.py``; the package build copies it into the
-    metadata. Reading it lazily keeps ``import gpu_serve`` cheap. An image copies this package without installing
-    the distribution: there the version is ``"0+unknown"`` (a valid PEP 440 version that sorts first).
-    """
+    """``__version__`` (PEP 562), found as :data:`gpu_train.__version__` is: the installed distribution's, else
+    ``"0+unknown"`` (an image copies this package without installing it)."""
     if name != "__version__":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
+    import importlib.metadata as metadata
 
     try:
-        value = version(_DISTRIBUTION)
-    except PackageNotFoundError:
-        value = "0+unknown"
-    globals()["__version__"] = value
-    return value
+        found = metadata.version(_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        found = "0+unknown"
+    globals()[name] = found
+    return found

@@ -169,20 +169,6 @@ def distributed_env(child_env: dict[str, str], resource: sagemaker.ResourceConfi
 # sagemaker_training/__init__.py: SM_EFA_NCCL_INSTANCES, SM_EFA_RDMA_INSTANCES) turns on EFA for NCCL, and the
 # subset on which it also turns on EFA's device RDMA. Kept here because the launcher runs in images without the
 # toolkit; tests/containers/training/test_launcher.py compares both lists with the toolkit's.
-EFA_NCCL_INSTANCE_TYPES = frozenset(
-    {
-        "ml.g4dn.8xlarge",
-        "ml.g4dn.12xlarge",
-        "ml.g5.48xlarge",
-        "ml.p3dn.24xlarge",
-        "ml.p4d.24xlarge",
-        "ml.p4de.24xlarge",
-        "ml.p5.48xlarge",
-        "ml.p5e.48xlarge",
-        "ml.trn1.32xlarge",
-        "ml.p6e-gb200.36xlarge",
-    }
-)
 EFA_RDMA_INSTANCE_TYPES = frozenset(
     {
         "ml.p4d.24xlarge",
@@ -193,6 +179,12 @@ EFA_RDMA_INSTANCE_TYPES = frozenset(
         "ml.p6e-gb200.36xlarge",
     }
 )
+EFA_NCCL_INSTANCE_TYPES = EFA_RDMA_INSTANCE_TYPES | {
+    "ml.g4dn.8xlarge",
+    "ml.g4dn.12xlarge",
+    "ml.g5.48xlarge",
+    "ml.p3dn.24xlarge",
+}
 
 
 def torchrun_env(child_env: dict[str, str], instance_type: str | None) -> dict[str, str]:
