@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+#: A SageMaker resource name (an endpoint, a variant, a notebook instance): 1-63 letters, digits and hyphens, starting
+#: and ending with a letter or digit. The pattern of ``EndpointName``, ``VariantName`` and ``NotebookInstanceName`` in
+#: the botocore sagemaker service model: ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}``.
+SAGEMAKER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
 #: Interface endpoints a private GPU workload may need (short name -> ``InterfaceVpcEndpointAwsService`` attr).
 DEFAULT_INTERFACE_ENDPOINTS: dict[str, str] = {
     "sagemaker_api": "SAGEMAKER_API",

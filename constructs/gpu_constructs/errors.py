@@ -35,7 +35,7 @@ def path_of(scope: Construct | str) -> str:
 
 
 #: A string-encoded CDK token: ``${Token[...]}`` (a string) or ``#{Token[...]}`` (an element of a list token).
-_TOKEN_STRING_RE = re.compile(r"\$\{Token\[[^\]]+\]\}|#\{Token\[[^\]]+\]\}")
+TOKEN_STRING_RE = re.compile(r"\$\{Token\[[^\]]+\]\}|#\{Token\[[^\]]+\]\}")
 
 
 def is_token(value: Any) -> bool:
@@ -47,7 +47,7 @@ def is_token(value: Any) -> bool:
     """
     if value is None or isinstance(value, bool) or not isinstance(value, int | float | str):
         return False
-    if isinstance(value, str) and _TOKEN_STRING_RE.search(value):
+    if isinstance(value, str) and TOKEN_STRING_RE.search(value):
         return True
     if "aws_cdk" not in sys.modules:
         return False

@@ -169,9 +169,6 @@ class TrainingCodeConfig(StrictModel):
         return [{"Name": name, "Regex": regex} for name, regex in sorted(self.metrics.items())]
 
 
-#: S3 bucket names (S3 User Guide, "General purpose bucket naming rules": 3-63 lowercase letters, digits, dots and
-#: hyphens, starting and ending with a letter or digit).
-BUCKET_NAME_RE = re.compile(f"^{s3_keys.BUCKET_NAME_RE.pattern}$")
 KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$")
 
 #: ``S3_PREFIX_RE`` (deprecated): the S3 key prefix rule is ``gpu_constructs.s3_keys.is_key_prefix``.
@@ -204,7 +201,7 @@ class ReadableInputConfig(StrictModel):
     @field_validator("bucket")
     @classmethod
     def _bucket(cls, value: str | None) -> str | None:
-        if value is not None and (not BUCKET_NAME_RE.match(value) or ".." in value):
+        if value is not None and (not s3_keys.BUCKET_NAME_RE.fullmatch(value) or ".." in value):
             raise ValueError(
                 "allowed: null (the datasets bucket) or an S3 bucket name: 3-63 lowercase letters, digits, dots and "
                 "hyphens, starting and ending with a letter or digit"

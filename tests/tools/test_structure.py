@@ -451,3 +451,35 @@ def test_the_tests_mirror_the_construct_packages() -> None:
     assert not (ROOT / "tests" / "unit").exists(), "tests/unit/ is sorted into tests/constructs, config, gpuctl, ..."
     for name in folders:
         assert list((ROOT / "tests" / "constructs" / name).glob("test_*.py")), f"tests/constructs/{name}/ has no tests"
+
+
+def _module_patterns(path: Path) -> list[tuple[str, str]]:
+    """``(name, pattern)`` of each module-level ``NAME = re.compile("literal", ...)`` in ``path``."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value.args):
+            continue
+        call, first = node.value, node.value.args[0]
+        is_compile = isinstance(call.func, ast.Attribute) and call.func.attr == "compile"
+        if is_compile and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            found += [(t.id, first.value) for t in node.targets if isinstance(t, ast.Name)]
+    return found
+
+
+def test_no_rule_pattern_is_written_twice() -> None:
+    """A rule encoded as a regular expression has one home: the same pattern compiled at module level in two
+    modules of the library or the config model is one rule written twice (the second copy drifts). Import it."""
+    homes: dict[str, list[str]] = {}
+    for folder in (ROOT / "constructs" / "gpu_constructs", ROOT / "stacks"):
+        for path in sorted(folder.rglob("*.py")):
+            if "_runtime" in path.parts:
+                continue
+            for name, pattern in _module_patterns(path):
+                homes.setdefault(pattern.strip("^$"), []).append(f"{path.relative_to(ROOT)}:{name}")
+    twice = {pattern: where for pattern, where in homes.items() if len(where) > 1}
+    assert twice == {}, f"patterns compiled in more than one module: {twice}"
+
+
+def test_the_pattern_checker_finds_a_copy(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('import re\nNAME_RE = re.compile(r"^[a-z]+$")\n')
+    assert _module_patterns(tmp_path / "a.py") == [("NAME_RE", "^[a-z]+$")]

@@ -54,13 +54,12 @@ with local NVMe.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_constructs.authz.assembly import PARTITION, Assembly, Located, UnresolvableValue
-from gpu_constructs.authz.journeys import SECURE, s3_read_requests, s3_write_requests, split_s3
+from gpu_constructs.authz.journeys import ECR_URI, SECURE, s3_read_requests, s3_write_requests, split_s3
 from gpu_constructs.authz.policy import AuthRequest
 from gpu_constructs.templates import StackView
 
@@ -74,7 +73,6 @@ __all__ = [
 
 ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints/"
 ENDPOINT_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
-_ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)")
 _ECR_PULL = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability")
 _ENI_ACTIONS = (
     "ec2:CreateNetworkInterface",
@@ -195,7 +193,7 @@ def _image_uri(assembly: Assembly, stack: StackView, image: Any) -> str | None:
 
 
 def _ecr_pull(role: str, image: str, region: str) -> list[AuthRequest]:
-    match = _ECR_URI.match(image)
+    match = ECR_URI.match(image)
     account = role.split(":")[4]
     if match is None or match.group("account") != account:
         return []  # another account's image (an AWS DLC): that registry's policy decides

@@ -54,6 +54,7 @@ from gpu_constructs.authz.api_calls import api_call_requests
 from gpu_constructs.authz.assembly import PARTITION, Assembly, Located, UnresolvableValue
 from gpu_constructs.authz.journeys import s3_read_requests, s3_write_requests, split_s3
 from gpu_constructs.authz.policy import AuthRequest
+from gpu_constructs.packaging.scripts import HEREDOC_RE
 from gpu_constructs.templates import StackView
 
 __all__ = [
@@ -299,7 +300,6 @@ CLI_COMMANDS: dict[tuple[str, str], CliCommand] = {
 
 _EXPORT_RE = re.compile(r"^export ([A-Z][A-Z0-9_]*)='([^']*)'$", re.MULTILINE)
 _DEFAULT_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=\$\{\1:?-([^${}]*)\}$", re.MULTILINE)
-_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _VARIABLE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _CONTROL = {";", "&&", "||", "|", "&", ")", "(", ";;", "|&"}
 #: Options of the AWS CLI (global and of the commands above) that take no value.
@@ -349,7 +349,7 @@ def _code_and_heredocs(script: str) -> tuple[list[str], list[str]]:
         full = pending + line
         pending = ""
         code.append(full)
-        match = _HEREDOC_RE.search(full)
+        match = HEREDOC_RE.search(full)
         if match and "<<<" not in full[max(0, match.start() - 1) : match.start() + 3]:
             terminator = match.group(2)
     return code, bodies

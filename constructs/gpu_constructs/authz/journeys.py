@@ -51,7 +51,7 @@ __all__ = [
 JobKind = Literal["training", "processing"]
 _NAMESPACES = {"training": "/aws/sagemaker/TrainingJobs", "processing": "/aws/sagemaker/ProcessingJobs"}
 _S3_URI = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<key>.*)$")
-_ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)")
+ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)")
 SECURE = {"aws:SecureTransport": "true", "s3:TlsVersion": "1.3"}
 
 
@@ -116,7 +116,7 @@ def s3_write_requests(
 
 
 def _ecr_pull(principal: str, image: str, why: str) -> list[AuthRequest]:
-    match = _ECR_URI.match(image)
+    match = ECR_URI.match(image)
     if match is None or match.group("account") != principal.split(":")[4]:
         return []  # another account's image (an AWS DLC): that registry's policy decides, not this account's
     region, account, name = match.group("region"), match.group("account"), match.group("repo")

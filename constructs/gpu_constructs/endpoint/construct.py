@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from gpu_constructs import catalog
+from gpu_constructs.constants import SAGEMAKER_NAME_RE
 from gpu_constructs.dlc import TORCHSERVE_BATCH_SIZE_ENV, dlc_batching_problem, is_pytorch_inference_dlc
 from gpu_constructs.endpoint.acknowledgments import MODEL_PREFIX_REASON, acknowledge_role_policy
 from gpu_constructs.endpoint.alarms import EndpointAlarms
@@ -64,7 +64,6 @@ from gpu_constructs.security_groups import cluster_security_group
 from gpu_constructs.storage import grant_objects
 from gpu_constructs.topics import notification_topic
 
-_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _MAX_NAME = 63
 _HASH_CHARS = 8
 
@@ -319,7 +318,7 @@ class GpuEndpoint(Construct):
     def _validate_endpoint_name(self, name: str | None) -> str:
         if name is None:
             return Names.unique_resource_name(self, max_length=_MAX_NAME, separator="-").lower()
-        if not _NAME_RE.match(name) or len(name) > _MAX_NAME:
+        if not SAGEMAKER_NAME_RE.match(name) or len(name) > _MAX_NAME:
             raise fail(
                 self, "endpoint_name", name, "1-63 letters, digits and single hyphens, starting and ending alphanumeric"
             )
@@ -328,7 +327,7 @@ class GpuEndpoint(Construct):
     def _validate_container(
         self, variant_name: str, env: Mapping[str, str], batching: Batching | None, image: InferenceImage
     ) -> None:
-        if not _NAME_RE.match(variant_name):
+        if not SAGEMAKER_NAME_RE.match(variant_name):
             raise fail(self, "variant_name", variant_name, "1-63 letters, digits and hyphens, starting alphanumeric")
         check_environment(path_of(self), env, batching)
         if batching is not None:

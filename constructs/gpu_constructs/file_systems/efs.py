@@ -10,7 +10,6 @@ SageMaker mounts it through a ``FileSystemDataSource`` channel with ``FileSystem
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import jsii
@@ -23,6 +22,7 @@ from constructs import Construct
 
 from gpu_constructs.errors import fail
 from gpu_constructs.file_systems.base import FileSystemChannelSource
+from gpu_constructs.file_systems.fsx_facts import ABSOLUTE_PATH_RE
 from gpu_constructs.keys import given_or_new_key
 
 __all__ = ["EFS_PORT", "GpuEfsFileSystem"]
@@ -34,7 +34,6 @@ ThroughputModeName = Literal["elastic", "bursting"]
 PerformanceModeName = Literal["generalPurpose", "maxIO"]
 _THROUGHPUT = {"elastic": efs.ThroughputMode.ELASTIC, "bursting": efs.ThroughputMode.BURSTING}
 _PERFORMANCE = {"generalPurpose": efs.PerformanceMode.GENERAL_PURPOSE, "maxIO": efs.PerformanceMode.MAX_IO}
-_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
 #: Days after which EFS may move files to Infrequent Access (the values ``efs.LifecyclePolicy`` offers).
 IA_DAYS = (1, 7, 14, 30, 60, 90, 180, 270, 365)
 
@@ -155,6 +154,6 @@ class GpuEfsFileSystem(FileSystemChannelSource):
     def _channel_target(self, path: str | None) -> tuple[str, str]:
         """A channel's ``path`` is absolute, from the EFS root (default: ``/``)."""
         path = "/" if path is None else path
-        if not _PATH_RE.fullmatch(path or "") or ".." in path:
+        if not ABSOLUTE_PATH_RE.fullmatch(path or "") or ".." in path:
             raise fail(self, "path", path, "an absolute path from the file system root such as '/labels'")
         return self.file_system_id, path

@@ -31,7 +31,6 @@ Every limit encoded here is taken from AWS documentation:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -48,6 +47,7 @@ from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.file_systems.base import FileSystemChannelSource
 from gpu_constructs.file_systems.fsx_facts import (
+    ABSOLUTE_PATH_RE,
     CAPACITY_FIRST_STEPS,
     CAPACITY_INCREMENT_GIB,
     CHUNK_SIZE_RANGE_MIB,
@@ -107,8 +107,6 @@ WILDCARD_PRINCIPAL_REASON = (
     "roles (aws:PrincipalArn), only through S3 in this region (kms:ViaService), only for this account "
     "(kms:CallerAccount); the role name carries the file system id, unknown until deployment"
 )
-_MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
-_FS_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -321,7 +319,7 @@ class GpuLustreFileSystem(FileSystemChannelSource):
             raise fail(self, "lustre_version", version, f"{', '.join(DRA_LUSTRE_VERSIONS)} with a data_repository")
 
     def _validate_mount_path(self, mount_path: str) -> None:
-        if not _MOUNT_PATH_RE.fullmatch(mount_path or "") or ".." in mount_path or mount_path == "/":
+        if not ABSOLUTE_PATH_RE.fullmatch(mount_path or "") or ".." in mount_path or mount_path == "/":
             raise fail(self, "mount_path", mount_path, "an absolute directory such as '/fsx' (letters, digits, ._-/)")
 
     def _validate_backup(self, facts: LustreTypeFacts, retention: Duration | None) -> None:
@@ -335,7 +333,7 @@ class GpuLustreFileSystem(FileSystemChannelSource):
 
     def _validate_repository(self, repo: LustreDataRepository) -> None:
         path = repo.file_system_path
-        if not _FS_PATH_RE.fullmatch(path or "") or ".." in path or "//" in path:
+        if not ABSOLUTE_PATH_RE.fullmatch(path or "") or ".." in path or "//" in path:
             raise fail(self, "data_repository.file_system_path", path, "an absolute path such as '/datasets'")
         check_key_prefix(self, "data_repository.prefix", repo.prefix)
         bad_events = [e for e in repo.events if e not in ("NEW", "CHANGED", "DELETED")]

@@ -15,6 +15,10 @@ from typing import Any, Literal, get_args
 
 from gpu_constructs.errors import ValidationError, fail, is_token
 
+#: An absolute path of a file system or of its mount point as the platform accepts it: ``/`` then letters, digits and
+#: ``._/-`` (each construct adds what it also refuses: ``..``, ``//``, the root alone).
+ABSOLUTE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
 __all__ = [
     "CAPACITY_FIRST_STEPS",
     "CAPACITY_INCREMENT_GIB",

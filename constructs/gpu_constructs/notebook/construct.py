@@ -34,7 +34,6 @@ AWS facts this relies on:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from gpu_constructs.catalog import InstanceType, lookup, require_nvidia_gpu
+from gpu_constructs.constants import SAGEMAKER_NAME_RE
 from gpu_constructs.deprecation import renamed_keywords
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.file_systems.lustre_clients import allow_lustre_clients
@@ -68,7 +68,6 @@ NOTEBOOK_PYTHON = "3.10"
 #: Where SageMaker writes notebook instance logs (lifecycle scripts: stream <name>/LifecycleConfigOnStart).
 NOTEBOOK_LOG_GROUP = "/aws/sagemaker/NotebookInstances"
 
-_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 #: SageMaker limit of a lifecycle configuration's base64 content (NotebookInstanceLifecycleHook.Content).
 LIFECYCLE_CONTENT_LIMIT = 16384
 # SageMaker stops a lifecycle script after five minutes.
@@ -273,7 +272,7 @@ class GpuNotebook(RoleCompute, Construct):
     # -- validation -------------------------------------------------------------------------------------
 
     def _validate_name(self, name: str) -> None:
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not SAGEMAKER_NAME_RE.match(name):
             raise fail(self, "notebook_name", name, "1-63 letters, digits and hyphens, starting with a letter or digit")
 
     def _validate_instance_type(self, instance_type: str, gpu: bool) -> InstanceType:

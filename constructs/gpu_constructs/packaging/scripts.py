@@ -15,7 +15,8 @@ from gpu_constructs.errors import is_token
 __all__ = ["render_script", "strip_comments"]
 
 _INLINE_RE = re.compile(r'^\. "\$\{GPU_LIB:-[^\n]*gpu_lib\.sh\}"\n', re.MULTILINE)
-_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+#: The start of a shell here-document (``<<WORD``, ``<<-WORD``, ``<<'WORD'``): its delimiter is group 2.
+HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 
 
 @cache
@@ -63,7 +64,7 @@ def strip_comments(text: str) -> str:
         if not stripped or (stripped.startswith("#") and not stripped.startswith("#!")):
             continue
         out.append(line)
-        match = _HEREDOC_RE.search(line)
+        match = HEREDOC_RE.search(line)
         if match:
             terminator = match.group(2)
     return "\n".join(out) + "\n"

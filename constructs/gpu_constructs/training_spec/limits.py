@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from gpu_constructs.errors import TOKEN_STRING_RE
+
 #: SageMaker job names: ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$``, at most 63 characters.
 JOB_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 JOB_NAME_RE = re.compile(JOB_NAME_PATTERN)
@@ -63,5 +65,6 @@ MAX_CHANNELS = 20
 #: Input mode of a channel a user names (``gpuctl train --input``, an execution's ``inputs``) when none is given:
 #: File, the default of SageMaker's ``TrainingInputMode`` and of the SageMaker Python SDK's estimators.
 USER_INPUT_MODE = "File"
-TOKEN_RE = re.compile(r"\$\{Token\[[^\]]+\]\}|#\{Token\[[^\]]+\]\}")
+#: A string-encoded CDK token (one home: :data:`gpu_constructs.errors.TOKEN_STRING_RE`).
+TOKEN_RE = TOKEN_STRING_RE
 WHERE = "TrainingJobSpec"
