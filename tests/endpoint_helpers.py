@@ -145,7 +145,7 @@ class Built:
             model_data=ModelData.from_uri("s3://models-elsewhere/team/model.tar.gz"),
             instance_type="ml.m5.xlarge",
             cpu_variant=True,
-            volume_size_gib=50,
+            volume_size=cdk.Size.gibibytes(50),
             endpoint_name="cpu",
             autoscaling=EndpointAutoscaling.on_invocations(100, min_capacity=1, max_capacity=2),
         )

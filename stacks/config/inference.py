@@ -483,7 +483,7 @@ class EndpointConfig(StrictModel):
         the environment-wide settings. A new endpoint setting is a field here, a line below and a parameter of
         the construct.
         """
-        from aws_cdk import Duration
+        from aws_cdk import Duration, Size
 
         return {
             "model_data": self.model(artifacts_bucket),
@@ -493,7 +493,7 @@ class EndpointConfig(StrictModel):
             "environment": self.environment,
             "batching": self.batching.batching(batching_env) if self.batching is not None else None,
             "network_isolation": self.network_isolation,
-            "volume_size_gib": self.volume_size_gb,
+            "volume_size": None if self.volume_size_gb is None else Size.gibibytes(self.volume_size_gb),
             "model_download_timeout": Duration.seconds(self.model_download_timeout_seconds),
             "container_startup_health_check_timeout": Duration.seconds(self.startup_health_check_timeout_seconds),
             "instance_provision_timeout": (

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsii
-from aws_cdk import Annotations, Duration, Names, RemovalPolicy, Stack
+from aws_cdk import Annotations, Duration, Names, RemovalPolicy, Size, SizeRoundingBehavior, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -25,6 +25,7 @@ from constructs import Construct
 
 from gpu_constructs import catalog
 from gpu_constructs.constants import SAGEMAKER_NAME_RE
+from gpu_constructs.deprecation import warn_deprecated
 from gpu_constructs.dlc import TORCHSERVE_BATCH_SIZE_ENV, dlc_batching_problem, is_pytorch_inference_dlc
 from gpu_constructs.endpoint.acknowledgments import MODEL_PREFIX_REASON, acknowledge_role_policy
 from gpu_constructs.endpoint.alarms import EndpointAlarms
@@ -108,8 +109,9 @@ class GpuEndpoint(Construct):
     :param security_groups: security groups of the model (default: a new group with HTTPS egress only).
     :param encryption_key: KMS key of the ML storage volume and of outputs without a key of their own
         (default: a new key with rotation).
-    :param volume_size_gib: EBS ML storage volume per instance, 1-512 (default: SageMaker's default).
+    :param volume_size: EBS ML storage volume per instance, 1-512 GiB in whole GiB (default: SageMaker's default).
         Only for types without local NVMe (those store the model on the instance store).
+    :param volume_size_gib: deprecated: ``volume_size=Size.gibibytes(...)``.
     :param model_download_timeout: time to download and extract the model, 60 s-1 h (default: 20 minutes,
         sized for multi-GB GPU models).
     :param container_startup_health_check_timeout: time for ``/ping`` to pass after start, 60 s-1 h
@@ -157,6 +159,7 @@ class GpuEndpoint(Construct):
         vpc_subnets: ec2.SubnetSelection | None = None,
         security_groups: Sequence[ec2.ISecurityGroup] | None = None,
         encryption_key: kms.IKey | None = None,
+        volume_size: Size | None = None,
         volume_size_gib: int | None = None,
         model_download_timeout: Duration | None = None,
         container_startup_health_check_timeout: Duration | None = None,
@@ -184,12 +187,13 @@ class GpuEndpoint(Construct):
         self.autoscaling = autoscaling
         env: dict[str, str] = dict(environment or {})
         timeouts = _timeouts(model_download_timeout, container_startup_health_check_timeout)
+        volume_gib = self._volume_gib(volume_size, volume_size_gib)
 
         # -- eager validation: the value types' own rules, then those across inputs ---------------------
         self._validate_model(image, model_data, instance_type, cpu_variant, initial_instance_count)
         self.endpoint_name = self._validate_endpoint_name(endpoint_name)
         self._validate_container(variant_name, env, batching, image)
-        self._validate_hosting(vpc, vpc_subnets, security_groups, volume_size_gib, timeouts)
+        self._validate_hosting(vpc, vpc_subnets, security_groups, volume_gib, timeouts)
         self._validate_provision_timeout(instance_provision_timeout)
         self._provision_timeout = instance_provision_timeout
         self._validate_traffic(data_capture, async_inference, initial_instance_count)
@@ -219,7 +223,7 @@ class GpuEndpoint(Construct):
         if batching is not None:
             env.update(batching.environment())
         self._create_model(image.image_uri, model_data_url, env, network_isolation, vpc, vpc_subnets)
-        self._create_endpoint_config(initial_instance_count, volume_size_gib, timeouts, data_capture, async_inference)
+        self._create_endpoint_config(initial_instance_count, volume_gib, timeouts, data_capture, async_inference)
         if alarm_topic is None:
             alarm_topic = notification_topic(
                 self,
@@ -389,6 +393,22 @@ class GpuEndpoint(Construct):
         if not low <= seconds <= high:
             raise fail(self, "instance_provision_timeout (seconds)", seconds, f"{low} to {high} seconds")
 
+    def _volume_gib(self, size: Size | None, deprecated_gib: int | None) -> int | None:
+        """The ML storage volume in GiB: ``volume_size`` in whole GiB, or the deprecated ``volume_size_gib``."""
+        if deprecated_gib is not None:
+            if size is not None:
+                raise fail(
+                    self, "volume_size_gib", deprecated_gib, "no value when volume_size is given (the same setting)"
+                )
+            warn_deprecated("GpuEndpoint(volume_size_gib=...)", "volume_size=Size.gibibytes(...)")
+            return deprecated_gib
+        if size is None:
+            return None
+        try:
+            return int(size.to_gibibytes(rounding=SizeRoundingBehavior.FAIL))
+        except Exception as error:  # jsii raises a plain error for a fractional GiB
+            raise fail(self, "volume_size", str(size), "a whole number of GiB") from error
+
     def _validate_volume_size(self, size: int | None) -> None:
         if size is None or is_token(size):
             return
@@ -396,14 +416,14 @@ class GpuEndpoint(Construct):
         if problem == "local_nvme":
             raise fail(
                 self,
-                "volume_size_gib",
+                "volume_size (GiB)",
                 size,
                 f"none for {self.instance.sagemaker_name}: it has {self.instance.local_nvme_gb} GB of local NVMe, "
                 "which SageMaker uses instead of an EBS volume",
             )
         if problem == "out_of_range":
             low, high = VOLUME_SIZE_RANGE_GB
-            raise fail(self, "volume_size_gib", size, f"an integer in [{low}, {high}]")
+            raise fail(self, "volume_size (GiB)", size, f"an integer in [{low}, {high}]")
 
     def _validate_traffic(self, capture: DataCapture | None, async_config: AsyncInference | None, count: int) -> None:
         where = path_of(self)

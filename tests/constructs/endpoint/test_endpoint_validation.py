@@ -117,11 +117,15 @@ RULES: list[tuple[str, dict[str, Any], str]] = [
     ("batch size", {"batching": Batching(max_batch_size=0)}, r"batching.max_batch_size=0"),
     ("batch delay", {"batching": Batching(max_batch_delay_ms=20_000)}, r"batching.max_batch_delay_ms=20000"),
     ("subnets without vpc", {"vpc_subnets": _vpc_subnets_without_vpc}, r"vpc=None .* a VPC whenever vpc_subnets"),
-    ("volume on NVMe type", {"volume_size_gib": 100}, r"none for ml.g5.xlarge: it has 250 GB of local NVMe"),
+    (
+        "volume on NVMe type",
+        {"volume_size": cdk.Size.gibibytes(100)},
+        r"none for ml.g5.xlarge: it has 250 GB of local NVMe",
+    ),
     (
         "volume too large",
-        {"instance_type": "ml.p3.2xlarge", "volume_size_gib": 600},
-        r"volume_size_gib=600 .* \[1, 512\]",
+        {"instance_type": "ml.p3.2xlarge", "volume_size": cdk.Size.gibibytes(600)},
+        r"volume_size \(GiB\)=600 .* \[1, 512\]",
     ),
     (
         "download timeout",

@@ -122,3 +122,33 @@ def test_the_config_defaults_are_the_library_defaults() -> None:
     )
     assert config.alarms.thresholds().model_latency_p99().to_milliseconds() == 1000
     assert (config.model_download_timeout_seconds, config.startup_health_check_timeout_seconds) == (1200, 600)
+
+
+def test_the_deprecated_volume_size_gib_warns_and_sizes_the_same_volume() -> None:
+    """``volume_size_gib`` (an int) still sizes the ML storage volume for one release; ``volume_size`` is a ``Size``,
+    as in aws-cdk, and must be whole GiB; giving both is an error."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_kms as kms
+    from endpoint_helpers import MODEL_KEY, dlc_image, kms_bucket, new_stack
+
+    from gpu_constructs.endpoint import GpuEndpoint, ModelData
+    from gpu_constructs.errors import ValidationError
+
+    def build(**size: object) -> dict[str, object]:
+        stack = new_stack()
+        key = kms.Key(stack, "Key")
+        bucket = kms_bucket(stack, key)
+        ep = GpuEndpoint(
+            stack, "Ep", image=dlc_image(stack), model_data=ModelData.from_bucket(bucket, MODEL_KEY),
+            instance_type="ml.p3.2xlarge", encryption_key=key, **size,  # type: ignore[arg-type]
+        )  # fmt: skip
+        (variant,) = cdk.Stack.of(ep).resolve(ep.endpoint_config.production_variants)
+        return variant  # type: ignore[no-any-return]
+
+    with pytest.warns(DeprecationWarning, match=r"GpuEndpoint\(volume_size_gib=\.\.\.\) is deprecated.*volume_size="):
+        old = build(volume_size_gib=64)
+    assert old["volumeSizeInGb"] == build(volume_size=cdk.Size.gibibytes(64))["volumeSizeInGb"] == 64
+    with pytest.raises(ValidationError, match=r"volume_size='.*' is not allowed; allowed: a whole number of GiB"):
+        build(volume_size=cdk.Size.mebibytes(1536))
+    with pytest.raises(ValidationError, match=r"volume_size_gib=64 is not allowed; allowed: no value when volume_size"):
+        build(volume_size_gib=64, volume_size=cdk.Size.gibibytes(64))
