@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gpu_constructs.deprecation import renamed_keywords
 from gpu_constructs.errors import fail
 from gpu_constructs.fleet.options import (
     IDLE_GPU_PERIOD_ALLOWED,
@@ -95,6 +96,10 @@ class FleetSpotConfig(StrictModel):
         return FleetSpotOptions(**self.model_dump())  # the same keys
 
 
+#: Keys of ``fleets.groups[]`` renamed with the library's ``FleetAlarms`` (old -> new): still read, with a warning.
+RENAMED_GROUP_KEYS = {"idle_gpu_pct": "idle_gpu_percent"}
+
+
 class FleetGroupConfig(StrictModel):
     """One EC2 GPU fleet (auto scaling group <resource_prefix>-<name>) on a Deep Learning AMI."""
 
@@ -113,9 +118,17 @@ class FleetGroupConfig(StrictModel):
     mount_lustre: bool = Field(True, description="Mount the FSx for Lustre file system when file_systems has one")
     datasets_prefix: S3KeyPrefix = Field("", description="Datasets-bucket prefix the instances may read ('' = all)")
     artifacts_prefix: S3KeyPrefix = Field("output/", description="Artifacts-bucket prefix the instances may write")
-    idle_gpu_pct: float = Field(5, description="Idle alarm: average GPU utilization of the group below this")
+    idle_gpu_percent: float = Field(5, description="Idle alarm: average GPU utilization of the group below this")
     idle_minutes: int = Field(60, description="... for this long (a multiple of 5, up to 1440)")
     max_gpu_temperature_c: float = Field(85, description="Temperature alarm threshold, degrees Celsius")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """A file with ``idle_gpu_pct`` keeps loading; the key warns with its new name (``FleetAlarms``'s)."""
+        if not isinstance(data, dict):
+            return data
+        return renamed_keywords("fleets.groups[]", data, RENAMED_GROUP_KEYS)
 
     @field_validator("instance_type")
     @classmethod
@@ -146,7 +159,7 @@ class FleetGroupConfig(StrictModel):
         from aws_cdk import Duration
 
         return FleetAlarms(
-            idle_gpu_threshold_percent=self.idle_gpu_pct,
+            idle_gpu_threshold_percent=self.idle_gpu_percent,
             idle_gpu_period=Duration.minutes(self.idle_minutes),
             max_gpu_temperature_celsius=self.max_gpu_temperature_c,
         )
@@ -184,8 +197,8 @@ class FleetGroupConfig(StrictModel):
         )
         # The period in whole minutes: checked here, as building its Duration would load the CDK runtime.
         FleetAlarms(
-            idle_gpu_threshold_percent=self.idle_gpu_pct, max_gpu_temperature_celsius=self.max_gpu_temperature_c
-        ).validate(where, names=("idle_gpu_pct", "idle_minutes", "max_gpu_temperature_c"))
+            idle_gpu_threshold_percent=self.idle_gpu_percent, max_gpu_temperature_celsius=self.max_gpu_temperature_c
+        ).validate(where, names=("idle_gpu_percent", "idle_minutes", "max_gpu_temperature_c"))
         if not is_idle_gpu_minutes(self.idle_minutes):
             raise fail(where, "idle_minutes", self.idle_minutes, IDLE_GPU_PERIOD_ALLOWED)
         if self.availability_zone is not None and not self.placement_group:

@@ -725,7 +725,7 @@ G5 = {"name": "w", "instance_type": "g5.xlarge"}
         ),
         ({**G5, "root_volume_gib": 50}, r"root_volume_gib=50 is not allowed; allowed: a number in \[100, 16384\]"),
         ({**G5, "data_volume_gib": 20000}, r"data_volume_gib=20000 is not allowed; allowed: a number in \[1, 16384\]"),
-        ({**G5, "idle_gpu_pct": 150}, r"idle_gpu_pct=150.0 is not allowed; allowed: a number in \[0, 100\]"),
+        ({**G5, "idle_gpu_percent": 150}, r"idle_gpu_percent=150.0 is not allowed; allowed: a number in \[0, 100\]"),
         ({**G5, "idle_minutes": 7}, r"idle_minutes=7 is not allowed; allowed: a multiple of 5"),
         (
             {**G5, "max_gpu_temperature_c": 200},
@@ -1048,3 +1048,13 @@ def test_deprecated_check_verbs_warn_and_still_validate() -> None:
         pytest.raises(ValidationError, match=r"file_system=1 is not allowed"),
     ):
         lustre_mount.check_file_system("w", 1)
+
+
+def test_the_deprecated_idle_gpu_pct_key_still_loads_with_a_warning() -> None:
+    """``fleets.groups[].idle_gpu_pct`` is ``idle_gpu_percent`` (the library's ``FleetAlarms`` name); a file with the
+    old key keeps loading for one release."""
+    from stacks.config.fleets import FleetGroupConfig
+
+    with pytest.warns(DeprecationWarning, match=r"fleets\.groups\[\]\(idle_gpu_pct=\.\.\.\) is deprecated"):
+        group = FleetGroupConfig.model_validate({**G5, "idle_gpu_pct": 7})
+    assert group.idle_gpu_percent == 7
