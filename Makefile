@@ -45,10 +45,11 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(VENV)/.installed node_modules/.installed ## install Python and Node dependencies
 
-synth: setup ## synthesize every stack of ENV (default dev) into cdk.out with the cdk-nag packs on, then check every journey's AWS requests against its policies
+synth: setup ## synthesize every stack of ENV (default dev) into cdk.out with the cdk-nag packs on, check every journey's AWS requests against its policies, print the quotas ENV needs
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth --quiet -c env=$(ENV) --output cdk.out
 	$(PY) -m platform_tools.summary cdk.out
 	$(PY) -m platform_tools.authorization cdk.out
+	$(PY) -m gpuctl preflight --env $(ENV) --offline
 
 lint: setup ## ruff lint + format check, mypy
 	$(VENV)/bin/ruff check .
