@@ -29,18 +29,19 @@ OUTPUT_STATE_MACHINE = "StateMachineArn"
 TERMINAL = ("Completed", "Failed", "Stopped")
 DEFAULT_ENV = "dev"
 
-# Tests replace this with a factory that returns stubbed clients.
+#: Makes the boto3 client of a service in a region; tests swap in clients that replay recorded responses.
 ClientFactory = Callable[[str, str | None], Any]
 
 
-def _boto3_client(service: str, region: str | None) -> Any:
+def boto3_client(service: str, region: str | None) -> Any:
+    """A boto3 client of ``service`` in ``region`` (None: the default chain's), from a session of its own."""
     import boto3
 
     session: Any = boto3.session.Session(region_name=region)
     return session.client(service)
 
 
-make_client: ClientFactory = _boto3_client
+make_client: ClientFactory = boto3_client
 
 
 class UsageError(Exception):

@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuctl.aws_errors import explain, sagemaker_quota_name, service_quotas_url
 from gpuctl.commands import add_command
+from gpuctl.training_setup import ClientFactory, boto3_client
 
 #: The command's line in ``gpuctl --help``.
 SUMMARY = "check quotas and instance offerings an environment needs (Service Quotas, EC2), or print them offline"
@@ -332,14 +333,8 @@ class Report:
         return all(q.status == "ok" for q in self.quotas) and all(o.offered for o in self.offerings)
 
 
-def _boto3_client(service: str, region: str) -> Any:
-    import boto3
-
-    return boto3.session.Session(region_name=region).client(service)
-
-
-# Tests replace this with a factory that returns stubbed clients.
-make_client: Callable[[str, str], Any] = _boto3_client
+#: The clients preflight calls AWS with (its own hook: the --offline tests replace it to prove no call is made).
+make_client: ClientFactory = boto3_client
 
 
 def _call(operation: str, region: str, pages: Callable[[], Iterable[dict[str, Any]]]) -> list[dict[str, Any]]:

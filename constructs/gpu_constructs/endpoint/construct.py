@@ -406,7 +406,7 @@ class GpuEndpoint(Construct):
             return None
         try:
             return int(size.to_gibibytes(rounding=SizeRoundingBehavior.FAIL))
-        except Exception as error:  # jsii raises a plain error for a fractional GiB
+        except RuntimeError as error:  # jsii raises a RuntimeError for a fractional GiB
             raise fail(self, "volume_size", str(size), "a whole number of GiB") from error
 
     def _validate_volume_size(self, size: int | None) -> None:
