@@ -13,7 +13,9 @@ All instance choices of the platform go through the guards below:
 * :func:`check_cuda_supports` rejects an image whose CUDA version cannot drive the GPU architecture;
 * :func:`require_efa` / :attr:`InstanceType.has_local_nvme` serve EC2 fleets and endpoints;
 * :func:`default_processes_per_host`, :func:`default_dataloader_workers` and
-  :func:`estimate_training_memory` / :func:`gpu_memory_note` derive defaults and warnings.
+  :func:`estimate_training_memory` / :func:`gpu_memory_note` derive defaults and warnings;
+* :func:`check_fallback_chain` (``catalog.fallback``) checks an ordered fallback list against its first choice,
+  and ``catalog.pricing`` holds the dated on-demand price table (:func:`hourly_price`).
 
 Sources. Instance facts come from EC2 ``DescribeInstanceTypes`` data as published in the instance-type
 reference of AWS's Karpenter provider (aws/karpenter-provider-aws, ``website/content/en/v1.12/reference/
@@ -47,20 +49,26 @@ __all__ = [
     "BOTOCORE_SAGEMAKER_SHAPES",
     "CATALOG",
     "EXCLUDED_FAMILIES",
+    "PRICES_AS_OF",
+    "PRICE_SOURCES",
     "SAGEMAKER_USAGES",
     "Accelerator",
+    "FallbackChoice",
     "GpuMemoryEstimate",
     "InstanceType",
     "TransformerShape",
     "Usage",
     "annotate_gpu_memory",
     "check_cuda_supports",
+    "check_fallback_chain",
     "check_gpu_count",
     "cuda_support_problem",
     "default_dataloader_workers",
     "default_processes_per_host",
     "estimate_training_memory",
+    "fsx_lustre_gib_month",
     "gpu_memory_note",
+    "hourly_price",
     "instance_types",
     "lookup",
     "processes_per_host_limit",
@@ -80,6 +88,18 @@ from gpu_constructs.catalog.types import (
     _fraction_text,
     _gib,
 )
+from gpu_constructs.lazy import lazy_exports
+
+# The fallback checks use the guards below, so they (and the price table beside them) load on first use.
+_EXPORTS = {
+    "FallbackChoice": "gpu_constructs.catalog.fallback",
+    "check_fallback_chain": "gpu_constructs.catalog.fallback",
+    "PRICES_AS_OF": "gpu_constructs.catalog.pricing",
+    "PRICE_SOURCES": "gpu_constructs.catalog.pricing",
+    "fsx_lustre_gib_month": "gpu_constructs.catalog.pricing",
+    "hourly_price": "gpu_constructs.catalog.pricing",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 _WHERE = "InstanceCatalog"
 
