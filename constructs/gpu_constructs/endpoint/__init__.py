@@ -35,7 +35,9 @@ The package, one concept per module:
   (``Batching``, ``BatchingEnv``, the environment's rules), :mod:`.capture` (``DataCapture``,
   ``AsyncInference``), :mod:`.deployment` (``BlueGreenDeployment``), :mod:`.alarms` (``EndpointAlarms``),
   :mod:`.scaling` (``EndpointAutoscaling``), :mod:`.capacity` (``OffHoursSchedule``; the scaling rules, written
-  once: target tracking, cooldowns, traffic-shifting capacity and their defaults), :mod:`.checks` (the rules and
+  once: target tracking, cooldowns, traffic-shifting capacity and their defaults), :mod:`.pools`
+  (``InstancePool``; where instances come from: fallback instance pools checked against the catalog, ML capacity
+  reservations), :mod:`.checks` (the rules and
   defaults of alarms, hosting timeouts, data capture and async inference); a duration a value type is not given
   stays ``None`` and the construct resolves it from those defaults, which the config uses too;
   :mod:`.protocols` (what the endpoint needs from an image, its ``runtime`` included, and a log metric filter);
@@ -44,8 +46,8 @@ The package, one concept per module:
 * :mod:`.monitoring` (metrics, monitoring key, rollback alarms, log metric filters, dashboard),
   :mod:`.autoscaling` (scalable target, policies, schedule), :mod:`.acknowledgments` (cdk-nag).
 
-Names are re-exported lazily (PEP 562): :mod:`.base`, :mod:`.batching`, :mod:`.capacity` and :mod:`.checks`
-import no ``aws_cdk``, so the config model checks batching, the container environment, autoscaling, the
+Names are re-exported lazily (PEP 562): :mod:`.base`, :mod:`.batching`, :mod:`.capacity`, :mod:`.pools` and
+:mod:`.checks` import no ``aws_cdk``, so the config model checks batching, the container environment, autoscaling, the
 off-hours schedule, traffic shifting, alarms, data capture and async inference with the library's own rules
 without loading the CDK.
 """
@@ -82,6 +84,7 @@ _EXPORTS: dict[str, str] = {
     "LogMetricFilterSpec": "gpu_constructs.endpoint.protocols",
     "EndpointAutoscaling": "gpu_constructs.endpoint.scaling",
     "OffHoursSchedule": "gpu_constructs.endpoint.capacity",
+    "InstancePool": "gpu_constructs.endpoint.pools",
     "flatten_reference": "gpu_constructs.nag",
 }
 
@@ -101,6 +104,7 @@ __all__ = [
     "EndpointAutoscaling",
     "GpuEndpoint",
     "InferenceImage",
+    "InstancePool",
     "LogMetricFilterSpec",
     "ModelData",
     "OffHoursSchedule",
@@ -134,6 +138,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from gpu_constructs.endpoint.model_data import UriModelData as UriModelData
     from gpu_constructs.endpoint.model_data import grant_objects as grant_objects
     from gpu_constructs.endpoint.monitoring import monitoring_key as monitoring_key
+    from gpu_constructs.endpoint.pools import InstancePool as InstancePool
     from gpu_constructs.endpoint.protocols import InferenceImage as InferenceImage
     from gpu_constructs.endpoint.protocols import LogMetricFilterSpec as LogMetricFilterSpec
     from gpu_constructs.endpoint.scaling import EndpointAutoscaling as EndpointAutoscaling

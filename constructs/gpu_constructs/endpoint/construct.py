@@ -55,6 +55,13 @@ from gpu_constructs.endpoint.monitoring import (
     create_metric_filters,
 )
 from gpu_constructs.endpoint.monitoring import monitoring_key as _new_monitoring_key
+from gpu_constructs.endpoint.pools import (
+    CAPACITY_RESERVATIONS_ONLY,
+    InstancePool,
+    as_pools,
+    check_capacity_reservation,
+    check_instance_pools,
+)
 from gpu_constructs.endpoint.protocols import InferenceImage, LogMetricFilterSpec, image_runtime
 from gpu_constructs.endpoint.scaling import EndpointAutoscaling, OffHoursSchedule
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
@@ -86,7 +93,17 @@ class GpuEndpoint(Construct):
         inference image whose CUDA version can drive the instance type's GPU.
     :param model_data: the model artifact (:class:`ModelData`).
     :param instance_type: SageMaker hosting type, e.g. ``ml.g5.xlarge``; must have an NVIDIA GPU
-        unless ``cpu_variant`` is True (checked against the catalog).
+        unless ``cpu_variant`` is True (checked against the catalog). Required unless ``instance_pools`` is given
+        (then default: the first pool's type; another type is an error).
+    :param instance_pools: fallback instance types, first choice first (default: none, the one ``instance_type``):
+        1-5 names or :class:`~gpu_constructs.endpoint.pools.InstancePool` (with a model name override), rendered as
+        ``InstancePools`` with priorities 1..n in list order and no ``InstanceType``. SageMaker provisions from the
+        first pool and moves to the next on an insufficient-capacity error, at creation and on scale-out. Checked
+        against the catalog (:func:`~gpu_constructs.endpoint.pools.check_instance_pools`): NVIDIA GPU types for
+        hosting, each once, the image's CUDA able to drive each GPU, at least the first choice's GPU memory per
+        device and exactly its GPUs per instance. Not for a CPU variant, nor with ``capacity_reservation_arn``.
+    :param max_cost_ratio: cost ceiling of ``instance_pools``: each pool's hourly price at most this many times
+        the first choice's (the catalog's price table for the stack's region; default: none).
     :param cpu_variant: declare a CPU-only variant (default: False; a CPU type is then allowed).
     :param initial_instance_count: instances at creation (default: 1; in production, use 2 or more:
         one instance is a warning because an AZ outage takes the endpoint down).
@@ -118,6 +135,9 @@ class GpuEndpoint(Construct):
         (default: 10 minutes, time to load weights onto the GPU).
     :param instance_provision_timeout: how long SageMaker keeps provisioning the variant's instances after an
         insufficient-capacity error before the deployment fails, 5 minutes-1 hour (default: SageMaker's).
+    :param capacity_reservation_arn: an ML capacity reservation (a training plan for endpoints) to launch the
+        instances into, with preference ``capacity-reservations-only`` (default: none, on-demand capacity). Its
+        instance type must be ``instance_type``; when the reservation ends, the endpoint stops serving.
     :param data_capture: request/response capture (default: none).
     :param async_inference: asynchronous inference (default: none — a real-time endpoint).
     :param deployment: blue/green deployment (default: all at once, 5-minute bake, auto rollback).
@@ -145,7 +165,9 @@ class GpuEndpoint(Construct):
         *,
         image: InferenceImage,
         model_data: ModelData,
-        instance_type: str,
+        instance_type: str | None = None,
+        instance_pools: Sequence[str | InstancePool] | None = None,
+        max_cost_ratio: float | None = None,
         cpu_variant: bool = False,
         initial_instance_count: int = 1,
         production: bool = False,
@@ -164,6 +186,7 @@ class GpuEndpoint(Construct):
         model_download_timeout: Duration | None = None,
         container_startup_health_check_timeout: Duration | None = None,
         instance_provision_timeout: Duration | None = None,
+        capacity_reservation_arn: str | None = None,
         data_capture: DataCapture | None = None,
         async_inference: AsyncInference | None = None,
         deployment: BlueGreenDeployment | None = None,
@@ -190,7 +213,9 @@ class GpuEndpoint(Construct):
         volume_gib = self._volume_gib(volume_size, volume_size_gib)
 
         # -- eager validation: the value types' own rules, then those across inputs ---------------------
-        self._validate_model(image, model_data, instance_type, cpu_variant, initial_instance_count)
+        self._validate_capacity(image, instance_type, instance_pools, max_cost_ratio, cpu_variant)
+        self._validate_model(image, model_data, self.instance.sagemaker_name, cpu_variant, initial_instance_count)
+        self._validate_reservation(capacity_reservation_arn)
         self.endpoint_name = self._validate_endpoint_name(endpoint_name)
         self._validate_container(variant_name, env, batching, image)
         self._validate_hosting(vpc, vpc_subnets, security_groups, volume_gib, timeouts)
@@ -308,7 +333,6 @@ class GpuEndpoint(Construct):
         self, image: InferenceImage, model_data: ModelData, instance_type: str, cpu_variant: bool, count: int
     ) -> None:
         where = path_of(self)
-        self.instance = self._validate_instance_type(instance_type, cpu_variant)
         image.require_usage("inference", where)
         if not cpu_variant:
             image.check_instance(instance_type, where)
@@ -318,6 +342,51 @@ class GpuEndpoint(Construct):
 
     def _validate_instance_type(self, instance_type: str, cpu_variant: bool) -> catalog.InstanceType:
         return check_hosting_instance_type(path_of(self), instance_type, cpu_variant)
+
+    def _validate_capacity(
+        self,
+        image: InferenceImage,
+        instance_type: str | None,
+        pools: Sequence[str | InstancePool] | None,
+        max_cost_ratio: float | None,
+        cpu_variant: bool,
+    ) -> None:
+        """The variant's instance type, or its instance pools checked as a fallback chain (``self.instance`` is
+        the first choice, ``self.instance_pools`` every pool's catalog entry, in priority order)."""
+        self._pools: list[InstancePool] = []
+        if pools is None:
+            if max_cost_ratio is not None:
+                raise fail(self, "max_cost_ratio", max_cost_ratio, "no value without instance_pools (it bounds them)")
+            if instance_type is None:
+                raise fail(self, "instance_type", None, "an instance type, or instance_pools (first choice first)")
+            self.instance = self._validate_instance_type(instance_type, cpu_variant)
+            self.instance_pools: list[catalog.InstanceType] = []
+            return
+        where = path_of(self)
+        if cpu_variant:
+            raise fail(self, "instance_pools", list(pools), "none for a CPU variant (the pools are checked as GPUs)")
+        self._pools = as_pools(where, pools)
+        region = Stack.of(self).region
+        self.instance_pools = check_instance_pools(
+            where,
+            self._pools,
+            cuda_version=image.cuda_version,
+            max_cost_ratio=max_cost_ratio,
+            region="us-east-1" if is_token(region) else region,
+        )
+        self.instance = self.instance_pools[0]
+        if instance_type is not None and instance_type.strip() != self.instance.sagemaker_name:
+            raise fail(
+                self,
+                "instance_type",
+                instance_type,
+                f"none or the first pool's type {self.instance.sagemaker_name!r} when instance_pools is given",
+            )
+
+    def _validate_reservation(self, arn: str | None) -> None:
+        self._reservation_arn = arn
+        if arn is not None:
+            check_capacity_reservation(path_of(self), arn, instance_pools=bool(self._pools))
 
     def _validate_endpoint_name(self, name: str | None) -> str:
         if name is None:
@@ -410,20 +479,22 @@ class GpuEndpoint(Construct):
             raise fail(self, "volume_size", str(size), "a whole number of GiB") from error
 
     def _validate_volume_size(self, size: int | None) -> None:
+        """A volume size every type of the variant takes (with instance pools, each pool's type)."""
         if size is None or is_token(size):
             return
-        problem = volume_size_problem(size, self.instance)
-        if problem == "local_nvme":
-            raise fail(
-                self,
-                "volume_size (GiB)",
-                size,
-                f"none for {self.instance.sagemaker_name}: it has {self.instance.local_nvme_gb} GB of local NVMe, "
-                "which SageMaker uses instead of an EBS volume",
-            )
-        if problem == "out_of_range":
-            low, high = VOLUME_SIZE_RANGE_GB
-            raise fail(self, "volume_size (GiB)", size, f"an integer in [{low}, {high}]")
+        for it in self.instance_pools or [self.instance]:
+            problem = volume_size_problem(size, it)
+            if problem == "local_nvme":
+                raise fail(
+                    self,
+                    "volume_size (GiB)",
+                    size,
+                    f"none for {it.sagemaker_name}: it has {it.local_nvme_gb} GB of local NVMe, "
+                    "which SageMaker uses instead of an EBS volume",
+                )
+            if problem == "out_of_range":
+                low, high = VOLUME_SIZE_RANGE_GB
+                raise fail(self, "volume_size (GiB)", size, f"an integer in [{low}, {high}]")
 
     def _validate_traffic(self, capture: DataCapture | None, async_config: AsyncInference | None, count: int) -> None:
         where = path_of(self)
@@ -652,7 +723,23 @@ class GpuEndpoint(Construct):
             variant_name=self.variant_name,
             model_name=self.model_name,
             initial_instance_count=count,
-            instance_type=self.instance.sagemaker_name,
+            # With instance pools the variant names no InstanceType (see gpu_constructs.endpoint.pools).
+            instance_type=None if self._pools else self.instance.sagemaker_name,
+            instance_pools=[
+                sagemaker.CfnEndpointConfig.InstancePoolProperty(
+                    instance_type=it.sagemaker_name, priority=priority, model_name_override=pool.model_name_override
+                )
+                for priority, (pool, it) in enumerate(zip(self._pools, self.instance_pools, strict=True), start=1)
+            ]
+            or None,
+            capacity_reservation_config=(
+                None
+                if self._reservation_arn is None
+                else sagemaker.CfnEndpointConfig.CapacityReservationConfigProperty(
+                    capacity_reservation_preference=CAPACITY_RESERVATIONS_ONLY,
+                    ml_reservation_arn=self._reservation_arn,
+                )
+            ),
             initial_variant_weight=1,
             volume_size_in_gb=volume_size_gib,
             model_data_download_timeout_in_seconds=int(download.to_seconds()),
