@@ -8,6 +8,10 @@
 A failed job is described and ends in a Fail state whose cause is the job's ``FailureReason``. Every state is a
 child of the pipeline construct, with a stable id.
 
+With a fallback list (``TrainingJobSpec.instance_preferences``) an execution that names no ``instance_type`` runs on
+the list (``UsePreferences``, then ``TrainOnPreferences`` and its wait loop, :mod:`.fallback_states`); one that names
+an allowed type runs on that type only (``Train``), as without a list.
+
 The states are built from :class:`DefinitionInputs` (the job spec, the prefixes, the allowed types, the prepare
 step), not from the pipeline, so that this module does not depend on the construct that composes it.
 """
@@ -26,6 +30,7 @@ from constructs import Construct
 
 from gpu_constructs.catalog import processes_per_host_limit
 from gpu_constructs.errors import path_of
+from gpu_constructs.training.fallback_states import preference_branch, use_preferences
 from gpu_constructs.training.roles import JobKind, job_arn
 from gpu_constructs.training_spec import (
     CHANNEL_NAME_MAX,
@@ -108,8 +113,21 @@ def definition(scope: Construct, inputs: DefinitionInputs) -> sfn.IChainable:
         inputs.spec.to_sfn_parameters(_PATHS, where=path_of(scope)),
         "$.training",
     )
-    train.next(_result_states(scope))
-    train.add_catch(_failure_branch(scope, "Training", inputs.job_name_prefix), result_path="$.error")
+    result = _result_states(scope)
+    train.next(result)
+    failure = _failure_branch(scope, "Training", inputs.job_name_prefix)
+    train.add_catch(failure, result_path="$.error")
+    run: sfn.IChainable = train
+    if inputs.spec.instance_preferences:
+        run = preference_branch(
+            scope,
+            inputs.spec,
+            _PATHS,
+            job_name_prefix=inputs.job_name_prefix,
+            failure=failure,
+            train=train,
+            result=result,
+        )
     bad_hp = sfn.Fail.jsonata(
         scope,
         "InvalidHyperparameters",
@@ -135,9 +153,9 @@ def definition(scope: Construct, inputs: DefinitionInputs) -> sfn.IChainable:
     )
     merge_hp.next(merge_inputs)
     if inputs.prepare is not None and inputs.sharding_spec is not None:
-        merge_inputs.next(check_hp.otherwise(_prepare_branch(scope, inputs, train)))
+        merge_inputs.next(check_hp.otherwise(_prepare_branch(scope, inputs, run)))
     else:
-        merge_inputs.next(check_hp.otherwise(train))
+        merge_inputs.next(check_hp.otherwise(run))
     return start.next(check_name)
 
 
@@ -155,7 +173,8 @@ def _input_states(scope: Construct, inputs: DefinitionInputs) -> sfn.Chain:
     )
     defaults: dict[str, Any] = {
         "job_name": sfn.JsonPath.format(f"{inputs.job_name_prefix}-{{}}", sfn.JsonPath.string_at("$.run_id")),
-        "instance_type": spec.instance_type,
+        # With a fallback list, no default type: an input without instance_type runs on the list.
+        **({} if spec.instance_preferences else {"instance_type": spec.instance_type}),
         "data_version": inputs.data_version,
         "hyperparameters": {},
         "inputs": {},
@@ -237,12 +256,20 @@ def _validation_states(scope: Construct, inputs: DefinitionInputs) -> tuple[sfn.
         "ValidateInstanceType",
         comment="NVIDIA GPU training types from the GPU catalog, grouped by their derived distribution",
     )
+    on_list = use_preferences(scope, inputs.spec) if inputs.spec.instance_preferences else None
+    if on_list is not None:
+        # First rule: an input without instance_type (the defaults give none with a fallback list).
+        check_type.when(sfn.Condition.not_(sfn.Condition.is_present("$.args.instance_type")), on_list)
     merge_hp = sfn.Pass.jsonata(
         scope,
         "MergeHyperparameters",
         comment=_merge_comment(code),
         outputs="{% "
-        + hyperparameter_expression({name: processes_per_host_limit(name) for name in allowed}, code=_code_kind(code))
+        + hyperparameter_expression(
+            {name: processes_per_host_limit(name) for name in allowed},
+            code=_code_kind(code),
+            preferences=inputs.spec.preference_types,
+        )
         + " %}",
     )
     groups: dict[tuple[str, str], list[str]] = {}
@@ -261,6 +288,8 @@ def _validation_states(scope: Construct, inputs: DefinitionInputs) -> tuple[sfn.
         rule = conditions[0] if len(conditions) == 1 else sfn.Condition.or_(*conditions)
         check_type.when(rule, derive.next(merge_hp))
     check_type.otherwise(bad_type)
+    if on_list is not None:
+        on_list.next(merge_hp)
     check_name.when(
         sfn.Condition.and_(
             sfn.Condition.is_string("$.args.job_name"),
@@ -329,7 +358,7 @@ def _result_states(scope: Construct) -> sfn.Chain:
     return record.next(output).next(sfn.Succeed(scope, "Succeeded"))
 
 
-def _prepare_branch(scope: Construct, inputs: DefinitionInputs, train: sfn.CustomState) -> sfn.Choice:
+def _prepare_branch(scope: Construct, inputs: DefinitionInputs, train: sfn.IChainable) -> sfn.Choice:
     """PrepareData? -> ShardDataset -> Train (or straight to Train)."""
     assert inputs.sharding_spec is not None
     prepare_state = _sync_task(
@@ -451,7 +480,9 @@ def _merge_comment(code: TrainingCode | None) -> str:
 CodeKind = Literal["builtin", "own"] | None
 
 
-def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKind = None) -> str:
+def hyperparameter_expression(
+    max_processes: Mapping[str, int], *, code: CodeKind = None, preferences: Sequence[str] = ()
+) -> str:
     """The JSONata expression of the ``MergeHyperparameters`` state (without the ``{% %}`` delimiters).
 
     Whose hyperparameters a job gets (``code``: what the setup's jobs run): the built-in trainer (no code package,
@@ -472,6 +503,9 @@ def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKin
     :data:`~gpu_constructs.training_spec.PROCESSES_PER_HOST_PATTERN`: the rule the spec, the config and
     ``gpuctl`` apply with :func:`~gpu_constructs.training_spec.check_processes_per_host`).
 
+    A job on the fallback list ``preferences`` (the input names no ``instance_type``) has the smallest limit of the
+    list's types, so ``processes_per_host`` fits whichever type SageMaker selects.
+
     The state's output is its input with ``run.hyperparameters`` (strings) and ``run.problems`` (a list) set.
     """
     count, key_max, value_max = hyperparameter_limits()
@@ -479,6 +513,13 @@ def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKin
     own = "true" if code is None else "$in.args.code = $in.static.code"
     builtin = {None: "true", "builtin": "$own", "own": "false"}[code]
     limits = json.dumps(dict(sorted(max_processes.items())), separators=(",", ":"))
+    limit = f"$lookup({limits}, $in.args.instance_type)"
+    on_type = "$in.args.instance_type"
+    if preferences:
+        smallest = min(processes_per_host_limit(name) for name in preferences)
+        limit = f"$exists($in.args.instance_type) ? {limit} : {smallest}"
+        listed = json.dumps("the fallback list " + ", ".join(preferences))
+        on_type = f"($exists($in.args.instance_type) ? $in.args.instance_type : {listed})"
     return " ".join(
         f"""(
   $in := $states.input;
@@ -502,12 +543,12 @@ def hyperparameter_expression(max_processes: Mapping[str, int], *, code: CodeKin
   }});
   $n := $count($keys($values));
   $count_problem := $n > {count} ? ($n & ' hyperparameters; allowed: at most {count}');
-  $limit := $lookup({limits}, $in.args.instance_type);
+  $limit := {limit};
   $procs := $lookup($values, '{pph}');
   $procs_ok := $exists($procs) ? ($contains($procs, /{PROCESSES_PER_HOST_PATTERN}/) and $number($procs) <= $limit)
     : true;
   $procs_problem := $not($procs_ok) ? 'hyperparameters.{pph}=' & $procs & ' is not allowed on '
-    & $in.args.instance_type & '; allowed: 0 (one process per GPU) or 1..' & $limit;
+    & {on_type} & '; allowed: 0 (one process per GPU) or 1..' & $limit;
   $problems := $append($append($append($append(
     $isObject ? [] : ['hyperparameters=' & $string($given) & ' is not allowed; allowed: an object of name: value'],
     $type_problems), $size_problems), $count_problem), $procs_problem);

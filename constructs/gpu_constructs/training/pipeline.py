@@ -19,7 +19,14 @@ from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from gpu_constructs.catalog import InstanceType, instance_types, lookup, require_nvidia_gpu
+from gpu_constructs.catalog import (
+    FallbackChoice,
+    InstanceType,
+    check_fallback_chain,
+    instance_types,
+    lookup,
+    require_nvidia_gpu,
+)
 from gpu_constructs.deprecation import renamed_keywords, warn_deprecated
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.keys import allow_cloudwatch_logs, new_key
@@ -67,6 +74,12 @@ from gpu_constructs.training_spec.code_package import (
     ensure_driver,
     ensure_source_package,
 )
+from gpu_constructs.training_spec.preferences import (
+    MAX_PREFERENCES,
+    PREFERENCES_WITH_SPOT,
+    InstancePreference,
+    as_preference,
+)
 from gpu_constructs.training_spec.rules import as_timedelta
 
 __all__ = ["TrainingPipeline"]
@@ -95,7 +108,7 @@ class TrainingPipeline(RoleConnectable, Construct):
     :param environment: container environment (default none).
     :param metric_definitions: ``[{"Name", "Regex"}]`` (default none; pass the runtime's).
     :param max_runtime: default 1 day.
-    :param spot: managed spot training with checkpoints (default False).
+    :param spot: managed spot training with checkpoints (default False). Exclusive with ``instance_preferences``.
     :param max_wait: spot: runtime plus waiting for capacity (default 2 x max_runtime).
     :param max_retry_attempts: SageMaker retries of a failed job (default none).
     :param vpc: run jobs in this VPC (default: none; required for FSx channels).
@@ -126,6 +139,21 @@ class TrainingPipeline(RoleConnectable, Construct):
         (default: a new role). The setup adds its grants (datasets prefix, artifacts prefixes, image pull,
         logs, metrics, keys) to the role's policy; give a role this setup alone uses, imported mutable
         (``iam.Role.from_role_arn(...)``). The prepare step always has a role of its own.
+    :param instance_preferences: the fallback list: 1-5 types in priority order, starting with ``instance_type``
+        (names, :class:`~gpu_constructs.catalog.FallbackChoice` or
+        :class:`~gpu_constructs.training_spec.preferences.InstancePreference` with its own ``instance_count`` and
+        ``training_plan_arn``; default: none, one type). An execution that names no ``instance_type`` runs on the
+        first type with capacity (``ResourceConfig.InstancePreferences``, through the AWS SDK integration and a
+        describe loop, see :mod:`gpu_constructs.training.fallback_states`); one that names a type runs on that type
+        only. Checked by the catalog (:func:`~gpu_constructs.catalog.check_fallback_chain`): NVIDIA GPU types the
+        image's CUDA supports, at least the first choice's GPU memory, the same world size (``keep_world_size``),
+        at most ``max_cost_ratio`` x the first choice's price; exclusive with ``spot``.
+    :param training_plan_arn: a SageMaker training plan whose reserved capacity the jobs use
+        (``ResourceConfig.TrainingPlanArn``; default: none, on-demand). Exclusive with per-preference plans.
+    :param keep_world_size: every fallback keeps GPUs x hosts of the first choice (default True: the global batch
+        stays the same); False when the job adapts its batch to the world size.
+    :param max_cost_ratio: refuse a fallback whose hourly price x count exceeds this multiple of the first choice's
+        (default: none, no ceiling; prices: :mod:`gpu_constructs.catalog.pricing`, the stack's region or us-east-1).
     :param alarm_thresholds: deprecated: ``alarms``.
     :param source_dir: deprecated: ``code=TrainingCodeOptions(source_dir=...)``.
     :param entry_point: deprecated: ``code=TrainingCodeOptions(entry_point=...)``.
@@ -175,6 +203,10 @@ class TrainingPipeline(RoleConnectable, Construct):
         role: iam.IRole | None = None,
         code: TrainingCodeOptions | None = None,
         readable_inputs: Sequence[ReadableInput] | None = None,
+        instance_preferences: Sequence[str | FallbackChoice | InstancePreference] | None = None,
+        training_plan_arn: str | None = None,
+        keep_world_size: bool = True,
+        max_cost_ratio: float | None = None,
         alarm_thresholds: TrainingAlarms | None = None,
         source_dir: str | Path | None = None,
         entry_point: str | None = None,
@@ -187,6 +219,15 @@ class TrainingPipeline(RoleConnectable, Construct):
             alarms, code, alarm_thresholds, source_dir, entry_point, distribution, framework, package_index
         )
         self._validate_image(image, instance_type)
+        preferences = self._validate_preferences(
+            image,
+            instance_type,
+            instance_preferences,
+            instance_count=instance_count,
+            spot=spot,
+            keep_world_size=keep_world_size,
+            max_cost_ratio=max_cost_ratio,
+        )
         self._validate_prefix(job_name_prefix)
         self._validate_dataset_prefix(dataset_prefix)
         self._validate_channels_in_dataset(channels, storage, dataset_prefix)
@@ -234,6 +275,10 @@ class TrainingPipeline(RoleConnectable, Construct):
             tags=tags,
             code=code,
         )
+        if preferences or training_plan_arn is not None:
+            self.spec = self.spec.with_changes(
+                instance_preferences=preferences, training_plan_arn=training_plan_arn
+            ).validate(path_of(self))
         self.allowed_instance_types = self._allowed_types(allowed_instance_types, instance)
 
         # -- optional prepare step ----------------------------------------------------------------------
@@ -304,6 +349,53 @@ class TrainingPipeline(RoleConnectable, Construct):
         if not is_token(instance_type):
             require_nvidia_gpu(instance_type, where=where, usage="training")
             image.check_instance(instance_type, where)
+
+    def _validate_preferences(
+        self,
+        image: TrainingImageLike,
+        instance_type: str,
+        given: Sequence[str | FallbackChoice | InstancePreference] | None,
+        *,
+        instance_count: int,
+        spot: bool,
+        keep_world_size: bool,
+        max_cost_ratio: float | None,
+    ) -> tuple[InstancePreference, ...]:
+        """The fallback list, checked: not with spot (SageMaker's exclusivity, :data:`PREFERENCES_WITH_SPOT`), then the
+        catalog's chain check (usage training, the image's CUDA version, world size, cost ceiling, at most
+        :data:`MAX_PREFERENCES` entries) and the image against every type. SageMaker's other rules for the list
+        (first entry, counts, plans, storage kind) are the job spec's."""
+        if given is None:
+            return ()
+        where = path_of(self)
+        preferences = tuple(as_preference(item, where) for item in given)
+        if spot and preferences:
+            raise ValidationError(where, PREFERENCES_WITH_SPOT)
+        if any(is_token(p.instance_type) for p in preferences):
+            return preferences
+        stack_region = Stack.of(self).region
+        check_fallback_chain(
+            [FallbackChoice(p.instance_type, p.instance_count) for p in preferences],
+            usage="training",
+            where=where,
+            param="instance_preferences",
+            default_count=instance_count,
+            cuda_version=image.cuda_version,
+            keep_world_size=keep_world_size,
+            max_cost_ratio=max_cost_ratio,
+            region="us-east-1" if is_token(stack_region) else stack_region,
+            max_entries=MAX_PREFERENCES,
+        )
+        for preference in preferences:
+            image.check_instance(preference.instance_type, where)
+        if preferences[0].instance_type != instance_type:
+            raise fail(
+                self,
+                "instance_preferences[0]",
+                preferences[0].instance_type,
+                f"the job's instance_type {instance_type!r} (the list is the first choice, then its fallbacks)",
+            )
+        return preferences
 
     def _validate_prefix(self, prefix: str) -> None:
         if not isinstance(prefix, str) or not re.fullmatch(r"[a-z0-9](-?[a-z0-9]){0,39}", prefix):
@@ -514,10 +606,12 @@ class TrainingPipeline(RoleConnectable, Construct):
         """Types an execution may pick: same local-storage kind (VolumeKmsKeyId) as ``ref`` (the catalog entry of the
         spec's instance type), CUDA support, GPU count."""
         where = path_of(self)
+        listed = self.spec.preference_types
         if requested is not None:
             names = list(dict.fromkeys(requested))
-            if self.spec.instance_type not in names:
-                names.insert(0, self.spec.instance_type)
+            for position, name in enumerate(listed or (self.spec.instance_type,)):
+                if name not in names:
+                    names.insert(position, name)
             for name in names:
                 self.spec.validate(where, instance_type=name)
                 if lookup(name, where=where).has_local_nvme != ref.has_local_nvme:
@@ -539,8 +633,9 @@ class TrainingPipeline(RoleConnectable, Construct):
             if self.spec.problems(instance_type=it.sagemaker_name):
                 continue
             names.append(it.sagemaker_name)
-        if self.spec.instance_type not in names:
-            names.insert(0, self.spec.instance_type)
+        for position, name in enumerate(listed or (self.spec.instance_type,)):
+            if name not in names:
+                names.insert(position, name)
         return tuple(names)
 
     def _sharding_spec(

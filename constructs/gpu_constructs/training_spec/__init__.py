@@ -30,7 +30,8 @@ This package imports no ``aws_cdk``: the CLI uses it as is. Values that are unre
 
 One concept per module: :mod:`.limits` (SageMaker's limits and patterns), :mod:`.rules` (the project's rules,
 each written once), :mod:`.channels`, :mod:`.job` (:class:`TrainingJobSpec`), :mod:`.sharding`
-(:class:`ShardingJobSpec`), :mod:`.sfn` (the Step Functions rendering) and :mod:`.service_model` (botocore).
+(:class:`ShardingJobSpec`), :mod:`.preferences` (fallback lists: ``InstancePreferences`` and training plans),
+:mod:`.sfn` (the Step Functions rendering) and :mod:`.service_model` (botocore).
 Names are re-exported lazily (PEP 562, :mod:`gpu_constructs.lazy`), like every package of the library.
 """
 
@@ -93,6 +94,8 @@ _EXPORTS: dict[str, str] = {
     "validate_job_name": "gpu_constructs.training_spec.rules",
     "hyperparameter_limits": "gpu_constructs.training_spec.service_model",
     "service_model_problems": "gpu_constructs.training_spec.service_model",
+    "MAX_PREFERENCES": "gpu_constructs.training_spec.preferences",
+    "InstancePreference": "gpu_constructs.training_spec.preferences",
     "Dynamic": "gpu_constructs.training_spec.sfn",
     "SfnPaths": "gpu_constructs.training_spec.sfn",
     "iter_dynamic_paths": "gpu_constructs.training_spec.sfn",
@@ -123,6 +126,7 @@ __all__ = [
     "WAIT_WITHOUT_SPOT",
     "Channel",
     "FsxChannel",
+    "InstancePreference",
     "S3Channel",
     "ShardSplit",
     "ShardingJobSpec",
@@ -176,6 +180,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from gpu_constructs.training_spec.limits import PROCESSING_MAX_RUNTIME_S as PROCESSING_MAX_RUNTIME_S
     from gpu_constructs.training_spec.limits import USER_INPUT_MODE as USER_INPUT_MODE
     from gpu_constructs.training_spec.limits import VOLUME_SIZE_GB as VOLUME_SIZE_GB
+    from gpu_constructs.training_spec.preferences import MAX_PREFERENCES as MAX_PREFERENCES
+    from gpu_constructs.training_spec.preferences import InstancePreference as InstancePreference
     from gpu_constructs.training_spec.rules import PROCESSING_TYPES_ALLOWED as PROCESSING_TYPES_ALLOWED
     from gpu_constructs.training_spec.rules import RUNTIME_RANGE as RUNTIME_RANGE
     from gpu_constructs.training_spec.rules import WAIT_BELOW_RUNTIME as WAIT_BELOW_RUNTIME

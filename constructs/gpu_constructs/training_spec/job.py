@@ -36,6 +36,12 @@ from gpu_constructs.training_spec.limits import (
     VOLUME_SIZE_GB,
     WHERE,
 )
+from gpu_constructs.training_spec.preferences import (
+    InstancePreference,
+    as_preference,
+    preference_problems,
+    render_preferences,
+)
 from gpu_constructs.training_spec.rules import (
     as_timedelta,
     channel_name_problem,
@@ -120,6 +126,15 @@ class TrainingJobSpec:
     :param readable_inputs: the ``s3://bucket/prefix`` prefixes the job role may read (default: none, unchecked);
         when given, every S3 channel lies under one of them, so an input the role cannot read is refused before a
         job exists.
+    :param instance_preferences: the fallback list (:class:`~gpu_constructs.training_spec.preferences.
+        InstancePreference`, 1-5 types in priority order, starting with ``instance_type``; default: none, the job
+        runs on ``instance_type`` only). A job rendered without an explicit instance type asks SageMaker for the
+        first type of the list with capacity (``ResourceConfig.InstancePreferences``); one rendered for an explicit
+        type runs on that type only. Exclusive with ``spot``. The derived distribution is the one every type of the
+        list shares, else the runtime's per-host defaults (``processes_per_host`` 0: one per GPU; ``num_workers``
+        -1: from the host's vCPUs).
+    :param training_plan_arn: a training plan whose reserved capacity the job uses (``ResourceConfig.
+        TrainingPlanArn``; default: none). Exclusive with per-preference plans.
     """
 
     image_uri: str
@@ -153,11 +168,17 @@ class TrainingJobSpec:
     tags: Mapping[str, str] = field(default_factory=dict)
     code: TrainingCode | None = None
     readable_inputs: tuple[str, ...] = ()
+    instance_preferences: tuple[InstancePreference, ...] = ()
+    training_plan_arn: str | None = None
 
     def __post_init__(self) -> None:
         # One spelling, two duration types: an aws_cdk Duration is stored as the standard timedelta.
         object.__setattr__(self, "max_runtime", as_timedelta(self.max_runtime))
         object.__setattr__(self, "max_wait", as_timedelta(self.max_wait))
+        # Type names, mappings (the JSON form) and the catalog's FallbackChoice are stored as InstancePreference.
+        object.__setattr__(
+            self, "instance_preferences", tuple(as_preference(p, WHERE) for p in self.instance_preferences)
+        )
 
     # -- derived values -------------------------------------------------------------------------------
 
@@ -203,6 +224,30 @@ class TrainingJobSpec:
         return {HP_PROCESSES_PER_HOST: str(procs), HP_NUM_WORKERS: str(workers)}
 
     @property
+    def preference_types(self) -> tuple[str, ...]:
+        """The types of the fallback list, in order (empty without one)."""
+        return tuple(p.instance_type for p in self.instance_preferences)
+
+    def preference_distribution(self) -> dict[str, str]:
+        """The derived hyperparameters of a job on the fallback list, whose type SageMaker picks: the distribution
+        every type of the list shares, per setting; where they differ, the runtime's own per-host default
+        (``processes_per_host`` ``0``: one process per GPU; ``num_workers`` ``-1``: from the host's vCPUs per
+        process), so the setting fits whichever type is selected."""
+        names = self.preference_types or (self.instance_type,)
+        each = [self.distribution_for(name) for name in names]
+        fallback = {HP_PROCESSES_PER_HOST: "0", HP_NUM_WORKERS: "-1"}
+        return {key: each[0][key] if all(d[key] == each[0][key] for d in each) else fallback[key] for key in fallback}
+
+    def _derived(self, instance_type: str | None) -> dict[str, str]:
+        """The derived distribution of a job on ``instance_type``, or (``None``) of the spec's default placement:
+        the fallback list when there is one, else ``instance_type``."""
+        if instance_type is not None:
+            return self.distribution_for(instance_type)
+        return (
+            self.preference_distribution() if self.instance_preferences else self.distribution_for(self.instance_type)
+        )
+
+    @property
     def runs_builtin_trainer(self) -> bool:
         """The job runs the platform's built-in trainer (the image's own entry, or the default code package)."""
         return self.code is None or self.code.builtin
@@ -213,7 +258,7 @@ class TrainingJobSpec:
         """The job's hyperparameters (strings): for the built-in trainer the derived distribution defaults, then
         the base hyperparameters, then ``overrides``; for your own code the base hyperparameters (its own) and
         ``overrides`` only: the launcher reads its settings from :meth:`environment_for`."""
-        merged = dict(self.distribution_for(instance_type or self.instance_type)) if self.runs_builtin_trainer else {}
+        merged = dict(self._derived(instance_type)) if self.runs_builtin_trainer else {}
         merged.update(self.hyperparameters)
         for key, value in (overrides or {}).items():
             merged[str(key)] = hp_string(value)
@@ -224,7 +269,7 @@ class TrainingJobSpec:
         job runs the image's own entry)."""
         if self.code is None:
             return {}
-        derived = self.distribution_for(instance_type or self.instance_type)
+        derived = self._derived(instance_type)
         return {variable: derived[name] for name, variable in LAUNCHER_ENVIRONMENT.items()}
 
     def environment_for(self, instance_type: str | None = None) -> dict[str, str]:
@@ -263,6 +308,7 @@ class TrainingJobSpec:
             self._check_strings(),
             self._check_data_version(data_version or self.data_version),
             self._check_code(),
+            self._check_preferences(),
         )
         return [problem for check in checks for problem in check]
 
@@ -300,6 +346,32 @@ class TrainingJobSpec:
                 "rejects a VolumeKmsKeyId there. Allowed: no volume_kms_key on NVMe types, or an EBS-only type"
             ]
         return []
+
+    def _check_preferences(self) -> list[str]:
+        """The fallback list: SageMaker's rules for it (:func:`~gpu_constructs.training_spec.preferences.
+        preference_problems`), and every type of it a valid type for this job (GPU, CUDA, processes per host)."""
+        names = [n for n in self.preference_types if not is_token(n)]
+        if not names:
+            return []
+        out: list[str] = []
+        nvme: dict[str, bool] = {}
+        for name in dict.fromkeys(names):
+            if name == self.instance_type:
+                continue
+            out.extend(f"instance_preferences: {p}" for p in self._check_instance(name))
+        for name in dict.fromkeys(names):
+            try:
+                nvme[name] = lookup(name, where=WHERE).has_local_nvme
+            except ValidationError:
+                continue
+        return out + preference_problems(
+            self.instance_preferences,
+            instance_type=self.instance_type,
+            instance_count=self.instance_count,
+            spot=self.spot,
+            training_plan_arn=self.training_plan_arn,
+            local_nvme=nvme,
+        )
 
     def _check_counts(self) -> list[str]:
         out = []
@@ -435,6 +507,7 @@ class TrainingJobSpec:
         data_version: str | Dynamic,
         code_s3_uri: str | Dynamic | None = None,
         entry_point: str | Dynamic | None = None,
+        preferences: bool = False,
     ) -> dict[str, Any]:
         input_modes = {c.input_mode for c in self.channels}
         runtime_s, wait_s = self._stopping_s()
@@ -459,16 +532,25 @@ class TrainingJobSpec:
                 **({"KmsKeyId": self.output_kms_key} if self.output_kms_key else {}),
             },
             "ResourceConfig": {
-                "InstanceType": instance_type,
-                "InstanceCount": self.instance_count,
+                **(
+                    render_preferences(self.instance_preferences, self.instance_count, self.training_plan_arn)
+                    if preferences
+                    else {
+                        "InstanceType": instance_type,
+                        "InstanceCount": self.instance_count,
+                        **({"TrainingPlanArn": self.training_plan_arn} if self.training_plan_arn else {}),
+                    }
+                ),
                 "VolumeSizeInGB": self.volume_size_gb,
                 **({"VolumeKmsKeyId": self.volume_kms_key} if self.volume_kms_key else {}),
             },
             "StoppingCondition": {"MaxRuntimeInSeconds": runtime_s},
             "EnableNetworkIsolation": self.network_isolation,
             "EnableInterContainerTrafficEncryption": self.inter_container_encryption,
-            "EnableManagedSpotTraining": self.spot,
         }
+        if not preferences:
+            # Exclusive with InstancePreferences, which only run on on-demand capacity and training plans.
+            request["EnableManagedSpotTraining"] = self.spot
         if self.code is not None:
             arguments = self.code.arguments(entry_point)
             request["AlgorithmSpecification"]["ContainerEntrypoint"] = list(LAUNCH_ENTRYPOINT)
@@ -502,22 +584,34 @@ class TrainingJobSpec:
         data_version: str | None = None,
         where: str = WHERE,
     ) -> dict[str, Any]:
-        """The boto3 ``CreateTrainingJob`` request, validated (raises :class:`ValidationError`)."""
+        """The boto3 ``CreateTrainingJob`` request, validated (raises :class:`ValidationError`).
+
+        With a fallback list and no ``instance_type``, the job asks for the list (``InstancePreferences``); an
+        explicit ``instance_type`` runs on that type only, with the job's ``instance_count``."""
         it = instance_type or self.instance_type
+        on_list = instance_type is None and bool(self.instance_preferences)
+        chosen = None if on_list else it
         version = data_version or self.data_version
         problems = [
             *self.problems(instance_type=it, data_version=version),
             *job_name_problems(job_name, where=where, param="job_name", prefix=self.job_name_prefix),
             *self.override_problems(it, hyperparameter_overrides),
+            *(
+                p
+                for name in self.preference_types[1:]
+                if on_list
+                for p in self.override_problems(name, hyperparameter_overrides)
+            ),
         ]
         return finalize_request(
             problems,
             lambda: self._render(
                 job_name=job_name,
                 instance_type=it,
-                hyperparameters=self.hyperparameters_for(it, hyperparameter_overrides),
-                environment=self.environment_for(it),
+                hyperparameters=self.hyperparameters_for(chosen, hyperparameter_overrides),
+                environment=self.environment_for(chosen),
                 data_version=version,
+                preferences=on_list,
             ),
             "CreateTrainingJob",
             where,
@@ -550,22 +644,25 @@ class TrainingJobSpec:
     def sample_job_name(self) -> str:
         return f"{self.job_name_prefix or 'train'}-20250101-000000"
 
-    def sfn_tree(self, paths: SfnPaths = DEFAULT_PATHS) -> dict[str, Any]:
-        """The request with :class:`Dynamic` runtime values (before finalization)."""
-        environment: dict[str, str | Dynamic] = dict(self.environment_for(self.instance_type))
+    def sfn_tree(self, paths: SfnPaths = DEFAULT_PATHS, *, preferences: bool = False) -> dict[str, Any]:
+        """The request with :class:`Dynamic` runtime values (before finalization); ``preferences``: on the fallback
+        list (``InstancePreferences``) instead of the execution's instance type."""
+        chosen = None if preferences else self.instance_type
+        environment: dict[str, str | Dynamic] = dict(self.environment_for(chosen))
         if paths.distribution is not None:
-            derived = self.distribution_for(self.instance_type)
+            derived = self._derived(chosen)
             for name, variable in LAUNCHER_ENVIRONMENT.items():
                 if variable in environment and variable not in self.environment:
                     environment[variable] = Dynamic(f"{paths.distribution}.{name}", derived[name])
         tree = self._render(
             job_name=Dynamic(paths.job_name, self.sample_job_name()),
             instance_type=Dynamic(paths.instance_type, self.instance_type),
-            hyperparameters=Dynamic(paths.hyperparameters, self.hyperparameters_for(self.instance_type)),
+            hyperparameters=Dynamic(paths.hyperparameters, self.hyperparameters_for(chosen)),
             environment=environment,
             data_version=Dynamic(paths.data_version, self.data_version),
             code_s3_uri=Dynamic(paths.code, self.code.source_s3_uri) if self.code is not None else None,
             entry_point=Dynamic(paths.entry_point, self.code.entry_point) if self.code is not None else None,
+            preferences=preferences,
         )
         if paths.input_data_config is not None:
             sample = self._render(
@@ -578,10 +675,13 @@ class TrainingJobSpec:
             tree["InputDataConfig"] = Dynamic(paths.input_data_config, sample)
         return tree
 
-    def to_sfn_parameters(self, paths: SfnPaths = DEFAULT_PATHS, *, where: str = WHERE) -> dict[str, Any]:
-        """``Parameters`` of a ``sagemaker:createTrainingJob.sync`` task, validated with sample values."""
+    def to_sfn_parameters(
+        self, paths: SfnPaths = DEFAULT_PATHS, *, where: str = WHERE, preferences: bool = False
+    ) -> dict[str, Any]:
+        """``Parameters`` of a ``sagemaker:createTrainingJob.sync`` (or ``aws-sdk:sagemaker:createTrainingJob``)
+        task, validated with sample values; ``preferences``: the job asks for the fallback list."""
         raise_problems(where, self.problems())
-        return finalize_sfn(self.sfn_tree(paths), "CreateTrainingJob", where)
+        return finalize_sfn(self.sfn_tree(paths, preferences=preferences), "CreateTrainingJob", where)
 
     def sfn_samples(self, paths: SfnPaths = DEFAULT_PATHS) -> dict[str, Any]:
         """``{path or intrinsic: sample value}`` of every runtime value of :meth:`to_sfn_parameters`."""
@@ -600,6 +700,7 @@ class TrainingJobSpec:
         for key in ("subnets", "security_group_ids", "readable_inputs"):
             data[key] = list(data[key])
         data["code"] = self.code.to_dict() if self.code is not None else None
+        data["instance_preferences"] = [p.to_dict() for p in self.instance_preferences]
         return data
 
     @classmethod
@@ -614,7 +715,7 @@ class TrainingJobSpec:
                 values[name] = timedelta(seconds=data[key])
         values["channels"] = tuple(channel_from_dict(c) for c in values.get("channels", ()))
         values["metric_definitions"] = tuple(dict(m) for m in values.get("metric_definitions", ()))
-        for key in ("subnets", "security_group_ids", "readable_inputs"):
+        for key in ("subnets", "security_group_ids", "readable_inputs", "instance_preferences"):
             values[key] = tuple(values.get(key, ()))
         if values.get("code") is not None:
             values["code"] = _code_from_dict(values["code"])
