@@ -180,3 +180,6 @@ class EnvConfig(StrictModel):
     @property
     def is_production(self) -> bool:
         return self.removal_policy == "retain" and self.termination_protection
+            self.training.check_fallback(
+                cuda_version=image_cuda_version(self.images.training, "training"), region=self.region
+            )

@@ -35,6 +35,7 @@ from gpu_constructs.training_spec import (
     runtime_limit_text,
     stopping_violations,
 )
+from gpu_constructs.training_spec.preferences import TRAINING_PLAN_ALLOWED, TRAINING_PLAN_ARN_RE
 from gpu_constructs.training_spec.rules import channel_name_problem
 from stacks.config._base import Allowed, Check, EmailList, StrictModel
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from aws_cdk import Duration
 
     from gpu_constructs.training import PrepareOptions, ReadableInput, TrainingAlarms, TrainingCodeOptions
+    from gpu_constructs.training_spec import InstancePreference
 
 HOUR_S = 3600
 
@@ -240,6 +242,42 @@ class ReadableInputConfig(StrictModel):
         return ReadableInput(bucket_name=self.bucket, prefix=self.prefix, kms_key_arn=self.kms_key_arn)
 
 
+TrainingPlanArn = Annotated[str, Check(lambda v: bool(TRAINING_PLAN_ARN_RE.match(v)), TRAINING_PLAN_ALLOWED)]
+
+
+class InstancePreferenceConfig(StrictModel):
+    """One entry of ``training.instance_preferences`` (a plain type name is this with the type alone)."""
+
+    instance_type: str = Field(description="ml.* NVIDIA GPU training type (GPU catalog)")
+    instance_count: Annotated[int, Field(ge=1, le=100), Allowed("hosts")] | None = Field(
+        None, description="Hosts when this type is selected (null: training.instance_count); on every entry or none"
+    )
+    training_plan_arn: TrainingPlanArn | None = Field(
+        None, description="A training plan of this type whose reserved capacity the job uses (null: on-demand)"
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _nvidia(cls, value: str) -> str:
+        require_nvidia_gpu(value, where="training.instance_preferences", usage="training")
+        return value
+
+
+class TrainingFallbackConfig(StrictModel):
+    """How far a fallback of ``training.instance_preferences`` may differ from the first choice."""
+
+    keep_world_size: bool = Field(
+        True,
+        description="Every fallback keeps GPUs x hosts of the first choice (the global batch); false when the "
+        "training code adapts its batch to the world size",
+    )
+    max_cost_ratio: Annotated[float, Field(gt=0), Allowed()] | None = Field(
+        None,
+        description="Refuse a fallback whose hourly price x count is above this multiple of the first "
+        "choice's (the catalog's price table; null: no ceiling)",
+    )
+
+
 class TrainingPrepareConfig(StrictModel):
     """The optional prepare step: a SageMaker processing job running `gpuctl shard` in the training image."""
 
@@ -349,12 +387,35 @@ class TrainingConfig(StrictModel):
     allowed_instance_types: tuple[str, ...] | None = Field(
         None, description="Types an execution may choose (default: every NVIDIA training type that fits)"
     )
+    instance_preferences: tuple[InstancePreferenceConfig, ...] | None = Field(
+        None,
+        description="Fallback list, 1-5 types in priority order starting with instance_type (names, or objects with "
+        "instance_type, instance_count, training_plan_arn): a job asks SageMaker for the first type with capacity "
+        "(InstancePreferences; an execution or gpuctl train --instance-type naming a type runs on that type only). "
+        "On-demand capacity and training plans only: exclusive with spot. Checked by the GPU catalog: NVIDIA GPU "
+        "types the image's CUDA supports, at least the first choice's GPU memory, the same world size and cost "
+        "ceiling of training.fallback",
+    )
+    training_plan_arn: TrainingPlanArn | None = Field(
+        None,
+        description="A SageMaker training plan whose reserved capacity the jobs use (ResourceConfig."
+        "TrainingPlanArn); exclusive with per-preference plans",
+    )
+    fallback: TrainingFallbackConfig = Field(default_factory=lambda: TrainingFallbackConfig())
     notification_emails: EmailList = Field((), description="E-mail addresses for failure and alarm notices")
     code: TrainingCodeConfig | None = Field(
         None, description="Your own training code (default: null, the platform's built-in trainer)"
     )
     prepare: TrainingPrepareConfig = Field(default_factory=lambda: TrainingPrepareConfig())
     alarms: TrainingAlarmsConfig = Field(default_factory=lambda: TrainingAlarmsConfig())
+
+    @field_validator("instance_preferences", mode="before")
+    @classmethod
+    def _preference_names(cls, value: Any) -> Any:
+        """A plain type name is an entry with the type alone."""
+        if not isinstance(value, list | tuple):
+            return value
+        return tuple({"instance_type": item} if isinstance(item, str) else item for item in value)
 
     @field_validator("hyperparameters", mode="before")
     @classmethod
@@ -423,7 +484,8 @@ class TrainingConfig(StrictModel):
             )
         if self.input == "fsx" and self.input_mode != "File":
             raise ValueError("input: fsx mounts the file system, so input_mode must be File")
-        for instance_type in (self.instance_type, *(self.allowed_instance_types or ())):
+        self._check_preferences()
+        for instance_type in (self.instance_type, *(self.allowed_instance_types or ()), *self.preference_types):
             check_processes_per_host(
                 instance_type,
                 self.hyperparameters.get(HP_PROCESSES_PER_HOST),
@@ -431,6 +493,65 @@ class TrainingConfig(StrictModel):
                 param=HP_PROCESSES_PER_HOST,
             )
         return self
+
+    @property
+    def preference_types(self) -> tuple[str, ...]:
+        """The types of ``instance_preferences``, in order (empty without a list)."""
+        return tuple(p.instance_type for p in self.instance_preferences or ())
+
+    def preferences(self) -> tuple[InstancePreference, ...]:
+        """``instance_preferences`` as the library's :class:`~gpu_constructs.training_spec.InstancePreference`."""
+        from gpu_constructs.training_spec import InstancePreference
+
+        return tuple(
+            InstancePreference(p.instance_type, p.instance_count, p.training_plan_arn)
+            for p in self.instance_preferences or ()
+        )
+
+    def _check_preferences(self) -> None:
+        """The fallback list's own rules (the library's: spot, 1-5 entries, first entry, counts, plans, storage
+        kind), before the catalog's chain check that needs the image and the region
+        (:meth:`check_fallback`)."""
+        from gpu_constructs.catalog import lookup
+        from gpu_constructs.training_spec.preferences import preference_problems
+
+        if self.instance_preferences is None:
+            return
+        if not self.instance_preferences:
+            raise ValueError("instance_preferences: [] is empty; allowed: null (one type) or 1 to 5 types")
+        problems = preference_problems(
+            self.preferences(),
+            instance_type=self.instance_type,
+            instance_count=self.instance_count,
+            spot=self.spot,
+            training_plan_arn=self.training_plan_arn,
+            local_nvme={name: lookup(name).has_local_nvme for name in self.preference_types},
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def check_fallback(self, *, cuda_version: str | None, region: str) -> None:
+        """The catalog's check of ``instance_preferences`` (:func:`~gpu_constructs.catalog.check_fallback_chain`):
+        every type runs the image's CUDA ``cuda_version``, has at least the first choice's GPU memory, keeps the
+        world size (``fallback.keep_world_size``) and costs at most ``fallback.max_cost_ratio`` x the first
+        choice in ``region``. Raises the catalog's error (a ``ValueError``) naming the entry."""
+        from gpu_constructs.catalog import FallbackChoice, check_fallback_chain
+        from gpu_constructs.training_spec import MAX_PREFERENCES
+
+        if not self.instance_preferences:
+            return
+        check_fallback_chain(
+            [FallbackChoice(p.instance_type, p.instance_count) for p in self.instance_preferences],
+            usage="training",
+            where="training",
+            param="instance_preferences",
+            default_count=self.instance_count,
+            cuda_version=cuda_version,
+            keep_world_size=self.fallback.keep_world_size,
+            max_cost_ratio=self.fallback.max_cost_ratio,
+            region=region,
+            max_entries=MAX_PREFERENCES,
+        )
 
     def readable(self) -> list[ReadableInput]:
         """``readable_inputs`` as the library's :class:`~gpu_constructs.training.ReadableInput` values."""
@@ -480,6 +601,10 @@ class TrainingConfig(StrictModel):
             "network_isolation": self.network_isolation,
             "data_version": self.data_version,
             "allowed_instance_types": self.allowed_instance_types,
+            "instance_preferences": self.preferences() or None,
+            "training_plan_arn": self.training_plan_arn,
+            "keep_world_size": self.fallback.keep_world_size,
+            "max_cost_ratio": self.fallback.max_cost_ratio,
             "prepare": self.prepare.options(splits=self.channels),
             "notification_emails": self.notification_emails,
             "alarms": self.alarms.thresholds(),

@@ -90,3 +90,35 @@ def test_known_gpu_workloads_on_fitting_types_and_unknown_workloads_are_clean() 
         ),
     )
     assert findings(RULE, tpl) == []
+
+
+def pooled(model_id: str, *pools: tuple[str, str | None]) -> dict[str, Any]:
+    """An endpoint config whose variant lists ``(instance type, model override id)`` pools instead of a type."""
+    entries: list[dict[str, Any]] = []
+    for priority, (instance_type, override) in enumerate(pools, start=1):
+        entry: dict[str, Any] = {"InstanceType": instance_type, "Priority": priority}
+        if override is not None:
+            entry["ModelNameOverride"] = {"Fn::GetAtt": [override, "ModelName"]}
+        entries.append(entry)
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": {"Fn::GetAtt": [model_id, "ModelName"]},
+        "InstancePools": entries,
+        "InitialInstanceCount": 1,
+    }
+    return {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [variant]}}
+
+
+def test_every_instance_pool_is_checked_with_its_own_model() -> None:
+    tpl = template(
+        Gpu=model(GPU_DLC),
+        Cuda13=model(CU130),
+        Fits=pooled("Gpu", ("ml.g5.xlarge", None), ("ml.g6.xlarge", None)),
+        CpuPool=pooled("Gpu", ("ml.g5.xlarge", None), ("ml.m5.xlarge", None)),
+        # the variant's model (CUDA 12.4) fits the V100; the pool's override (CUDA 13.0) does not
+        OverrideOnVolta=pooled("Gpu", ("ml.g4dn.xlarge", None), ("ml.p3.2xlarge", "Cuda13")),
+    )
+    assert sorted((f.logical_id, f.id) for f in findings(RULE, tpl)) == [
+        ("CpuPool", f"{ID}[AllTraffic:ml.m5.xlarge:no-NVIDIA-GPU]"),
+        ("OverrideOnVolta", f"{ID}[AllTraffic:ml.p3.2xlarge:CUDA-13.0]"),
+    ]

@@ -37,6 +37,8 @@ RULE_MODULES: tuple[str, ...] = (
     "dlc_torchserve_batching",
     "endpoint_kms_key_id_format",
     "endpoint_canary_on_one_instance",
+    "endpoint_instance_pools",
+    "endpoint_capacity_reservation",
     "gpu_workload_instance_type",
     "topic_admits_publishers",
     "service_principal_source_condition",

@@ -17,7 +17,11 @@ Where the workload is known to be GPU (no guessing otherwise):
 * ``AWS::SageMaker::EndpointConfig``: a production variant whose model (``ModelName`` by ``Ref``/``Fn::GetAtt``
   to an ``AWS::SageMaker::Model`` of the same template) has a container image whose tag marks a GPU build: a
   ``-gpu-`` part or a CUDA part ``cuXYZ`` (the AWS DLC tag scheme ``<version>-gpu-<py>-cu124-<os>``). The CUDA
-  version of the tag is checked against the variant's GPU.
+  version of the tag is checked against the variant's GPU. A variant with ``InstancePools`` (fallback types,
+  "Deploy to multiple instance types with instance pools",
+  https://docs.aws.amazon.com/sagemaker/latest/dg/realtime-endpoints-heterogeneous.html) may run on any of them,
+  so each pool's type is checked, against the images of its ``ModelNameOverride`` model when it names one of
+  the template, else of the variant's model.
 * ``AWS::EC2::LaunchTemplate`` and the instance-type overrides of an ``AWS::AutoScaling::AutoScalingGroup``
   using it: the ``ImageId`` is the DLAMI public SSM parameter of a GPU flavour
   (``/aws/service/deeplearning/ami/<arch>/...-nvidia-driver-gpu-...``, "AWS Deep Learning AMIs: finding the AMI
@@ -106,10 +110,23 @@ def _endpoint_config(resource: Resource) -> Result:
     if not isinstance(variants, list):
         return NOT_APPLICABLE
     return _verdict(
-        _problems(_variant_name(i, variant), variant["InstanceType"], cuda)
-        for i, variant in _with_instance_type(variants)
-        for cuda in _gpu_cuda_versions(resource, variant)
+        _problems(_variant_name(i, variant), instance_type, cuda)
+        for i, variant in enumerate(variants)
+        if isinstance(variant, Mapping)
+        for instance_type, model_name in _variant_types(variant)
+        for cuda in _gpu_cuda_versions(resource, model_name)
     )
+
+
+def _variant_types(variant: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """``(instance type, model name)`` of the variant's ``InstanceType`` and of each of its ``InstancePools``
+    (a pool's ``ModelNameOverride``, else the variant's ``ModelName``)."""
+    model = variant.get("ModelName")
+    found = [(variant["InstanceType"], model)] if "InstanceType" in variant else []
+    pools = variant.get("InstancePools")
+    if isinstance(pools, list):
+        found += [(p["InstanceType"], p.get("ModelNameOverride", model)) for _, p in _with_instance_type(pools)]
+    return found
 
 
 def _variant_name(index: int, variant: Mapping[str, Any]) -> str:
@@ -117,9 +134,9 @@ def _variant_name(index: int, variant: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else f"variant{index}"
 
 
-def _gpu_cuda_versions(resource: Resource, variant: Mapping[str, Any]) -> list[str | None]:
-    """The CUDA version (None when the tag does not say) of each GPU image of the variant's model."""
-    images = [gpu_image_cuda(image) for image in _model_images(resource, variant.get("ModelName"))]
+def _gpu_cuda_versions(resource: Resource, model_name: Any) -> list[str | None]:
+    """The CUDA version (None when the tag does not say) of each GPU image of the model ``model_name`` names."""
+    images = [gpu_image_cuda(image) for image in _model_images(resource, model_name)]
     return [cuda for is_gpu, cuda in images if is_gpu]
 
 

@@ -30,6 +30,7 @@ which the construct and the config apply.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -39,6 +40,8 @@ from gpu_constructs.errors import ValidationError
 __all__ = [
     "MAX_PREFERENCES",
     "PREFERENCES_WITH_SPOT",
+    "TRAINING_PLAN_ALLOWED",
+    "TRAINING_PLAN_ARN_RE",
     "InstancePreference",
     "as_preference",
     "preference_problems",
@@ -47,6 +50,13 @@ __all__ = [
 
 #: ``InstancePreferenceList``: ``min: 1``, ``max: 5`` (botocore 1.44.8, sagemaker).
 MAX_PREFERENCES = 5
+#: A training plan ARN (botocore 1.44.8, sagemaker, shape ``TrainingPlanArn``: ``min: 50``, ``max: 2048``, ``pattern:
+#: arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.*``); the config checks it with this.
+TRAINING_PLAN_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$")
+TRAINING_PLAN_ALLOWED = (
+    "allowed: a SageMaker training plan ARN, arn:aws:sagemaker:<region>:<account>:training-plan/<name> "
+    "(botocore sagemaker TrainingPlanArn)"
+)
 #: Why a preference list and managed spot cannot go together: the one place the sentence is written.
 PREFERENCES_WITH_SPOT = (
     "instance_preferences and spot are exclusive: SageMaker's InstancePreferences is 'mutually exclusive with "
