@@ -73,6 +73,9 @@ TRAINING_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 BUCKET_SECONDS = 300
 ALARM_EVENT = "CloudWatch Alarm State Change"
 SCHEDULED_EVENT = "Scheduled Event"
+#: "A single GetMetricData call can include as many as 500 MetricDataQuery structures" (botocore cloudwatch model,
+#: ``GetMetricData.MetricDataQueries``): a job with more hosts is read in several requests.
+QUERIES_PER_REQUEST = 500
 FLEET_DIMENSION = "AutoScalingGroupName"
 
 Clients = Mapping[str, Any]
@@ -200,13 +203,16 @@ def idle_reason(cloudwatch: Any, job: Mapping[str, Any], settings: TrainingSetti
         return None
     name = job["TrainingJobName"]
     hosts = host_count(job)
-    response = cloudwatch.get_metric_data(
-        MetricDataQueries=_queries(name, hosts, settings.progress_metric),
-        StartTime=now - window,
-        EndTime=now,
-        ScanBy="TimestampAscending",
-    )
-    results = {r["Id"]: r.get("Values", []) for r in response.get("MetricDataResults", [])}
+    queries = _queries(name, hosts, settings.progress_metric)
+    results: dict[str, list[float]] = {}
+    for first in range(0, len(queries), QUERIES_PER_REQUEST):
+        response = cloudwatch.get_metric_data(
+            MetricDataQueries=queries[first : first + QUERIES_PER_REQUEST],
+            StartTime=now - window,
+            EndTime=now,
+            ScanBy="TimestampAscending",
+        )
+        results.update({r["Id"]: r.get("Values", []) for r in response.get("MetricDataResults", [])})
     buckets = settings.idle_minutes * 60 // BUCKET_SECONDS
     gpu = [results.get(f"gpu{index}", []) for index in range(1, hosts + 1)]
     limit = settings.gpu_idle_percent

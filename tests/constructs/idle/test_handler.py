@@ -312,3 +312,17 @@ def test_entry_point_reads_its_settings_from_the_environment(monkeypatch: pytest
     assert parsed.training == TrainingSettings(PREFIX, 30, 5, None) and parsed.fleet_groups == ("gpu-dev-a100",)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     assert handler.handler({"detail-type": "Unknown"}, None) == {"dry_run": True, "actions": [], "publish_failures": 0}
+
+
+def test_a_job_with_more_hosts_than_one_request_holds_is_read_in_several(stubs: Stubs) -> None:
+    job = recorded("describe_training_job_idle")
+    job["ResourceConfig"]["InstanceCount"] = 600
+    stubs.list_jobs(JOB)
+    stubs.describe(job)
+    ids = [f"gpu{i}" for i in range(1, 601)]
+    stubs.metrics({i: [0.0] * 12 for i in ids[:500]}, expected_ids=ids[:500])
+    stubs.metrics({**{i: [0.0] * 12 for i in ids[500:]}, **BUSY_PROGRESS}, expected_ids=[*ids[500:], "progress"])
+    stubs.stop_job(JOB)
+    stubs.published()
+    result = handler.run(recorded("scheduled"), training_settings(), stubs.clients, now=NOW)
+    assert "its 600 host(s) stayed under 5%" in result["actions"][0]["reason"]

@@ -1,0 +1,135 @@
+"""What :class:`~gpu_constructs.idle.IdleStop` watches: value types that validate themselves.
+
+* :class:`IdleTrainingJobs`: the training jobs ``<job_name_prefix>-*``, stopped after ``idle_period`` of idle GPUs
+  or of no progress;
+* :class:`IdleFleetGroup`: an Auto Scaling group scaled to 0 when its idle-GPU alarm goes to ``ALARM``;
+* :class:`NotebookSessionLimit`: a notebook instance stopped ``max_session`` after it started.
+
+Limits (the project's own, each with its reason): the function reads utilization in 5-minute buckets, so an idle
+period is a whole number of buckets, 10 minutes (two buckets: one slow bucket alone never stops a job) to 1 day;
+a notebook session is 1 hour to 7 days. The function reads a job with one ``GetMetricData`` request ("A single
+``GetMetricData`` call can include as many as 500 ``MetricDataQuery`` structures", botocore cloudwatch model,
+``GetMetricData.MetricDataQueries``): one query per host plus one for the progress metric, so it reads jobs of up to
+499 hosts and splits larger ones (the handler's ``QUERIES_PER_REQUEST``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+
+from gpu_constructs.constants import SAGEMAKER_NAME_RE
+from gpu_constructs.errors import fail, is_token
+
+__all__ = [
+    "BUCKET_MINUTES",
+    "IDLE_MINUTES_ALLOWED",
+    "SESSION_MINUTES_ALLOWED",
+    "IdleFleetGroup",
+    "IdleTrainingJobs",
+    "NotebookSessionLimit",
+    "idle_minutes_problem",
+    "session_minutes_problem",
+]
+
+#: The function's utilization bucket (minutes).
+BUCKET_MINUTES = 5
+MIN_IDLE_MINUTES, MAX_IDLE_MINUTES = 10, 1440
+MIN_SESSION_MINUTES, MAX_SESSION_MINUTES = 60, 7 * 1440
+IDLE_MINUTES_ALLOWED = f"a multiple of {BUCKET_MINUTES} minutes from {MIN_IDLE_MINUTES} to {MAX_IDLE_MINUTES} (1 day)"
+SESSION_MINUTES_ALLOWED = f"whole minutes from {MIN_SESSION_MINUTES} (1 hour) to {MAX_SESSION_MINUTES} (7 days)"
+#: The longest metric name of MetricDefinitions and Auto Scaling group name (botocore sagemaker model,
+#: ``MetricName``, and autoscaling model, ``XmlStringMaxLen255``: at most 255 characters).
+MAX_NAME_LENGTH = 255
+
+
+def idle_minutes_problem(minutes: float) -> str | None:
+    """Why ``minutes`` is not an idle period (``None``: it is one)."""
+    whole = isinstance(minutes, int) and not isinstance(minutes, bool)
+    if not whole or not MIN_IDLE_MINUTES <= minutes <= MAX_IDLE_MINUTES or minutes % BUCKET_MINUTES:
+        return IDLE_MINUTES_ALLOWED
+    return None
+
+
+def session_minutes_problem(minutes: float) -> str | None:
+    """Why ``minutes`` is not a notebook session limit (``None``: it is one)."""
+    whole = isinstance(minutes, int) and not isinstance(minutes, bool)
+    if not whole or not MIN_SESSION_MINUTES <= minutes <= MAX_SESSION_MINUTES:
+        return SESSION_MINUTES_ALLOWED
+    return None
+
+
+def _minutes(duration: Duration) -> float:
+    return duration.to_minutes(integral=False)
+
+
+@dataclass(frozen=True)
+class IdleTrainingJobs:
+    """The training jobs ``<job_name_prefix>-*`` and when one of them is idle.
+
+    :param job_name_prefix: the jobs' name prefix (a job ``<prefix>-<id>`` is watched).
+    :param idle_period: a job is stopped after this long with idle GPUs or no progress; a multiple of 5 minutes,
+        10 minutes to 1 day (default: 1 hour).
+    :param gpu_idle_percent: idle GPUs: every host's ``GPUUtilization`` (summed over its GPUs) stays under this,
+        0 < x <= 100 (default: 5).
+    :param progress_metric: a metric of the jobs' ``MetricDefinitions`` that records a data point per logged step
+        (e.g. ``train:loss``); no data point for ``idle_period`` stops the job (default: none, GPUs only).
+    """
+
+    job_name_prefix: str
+    idle_period: Duration = Duration.hours(1)
+    gpu_idle_percent: float = 5
+    progress_metric: str | None = None
+
+    def validate(self, where: str) -> None:
+        """Raise a ``ValidationError`` at ``where`` naming the setting that is not allowed."""
+        prefix = self.job_name_prefix
+        if not is_token(prefix) and not SAGEMAKER_NAME_RE.fullmatch(prefix):
+            raise fail(where, "job_name_prefix", prefix, "a SageMaker name: letters, digits and single hyphens")
+        problem = idle_minutes_problem(_as_whole(_minutes(self.idle_period)))
+        if problem:
+            raise fail(where, "idle_period", f"{_minutes(self.idle_period):g} minutes", problem)
+        percent = self.gpu_idle_percent
+        if isinstance(percent, bool) or not isinstance(percent, (int, float)) or not 0 < percent <= 100:
+            raise fail(where, "gpu_idle_percent", percent, "a percentage above 0 and at most 100")
+        metric = self.progress_metric
+        if metric is not None and not (0 < len(metric) <= MAX_NAME_LENGTH and metric.strip() == metric):
+            raise fail(where, "progress_metric", metric, "None or a metric name of 1-255 characters")
+
+
+@dataclass(frozen=True)
+class IdleFleetGroup:
+    """An Auto Scaling group that is scaled to 0 when ``idle_alarm`` (whose metric has the dimension
+    ``AutoScalingGroupName`` = ``group_name``, as :class:`~gpu_constructs.fleet.GpuFleet`'s ``IdleGpu`` alarm)
+    goes to ``ALARM``."""
+
+    group_name: str
+    idle_alarm: cloudwatch.IAlarm
+
+    def validate(self, where: str) -> None:
+        name = self.group_name
+        if not is_token(name) and not (0 < len(name) <= MAX_NAME_LENGTH and "\n" not in name):
+            raise fail(where, "group_name", name, "an Auto Scaling group name of 1-255 characters on one line")
+
+
+@dataclass(frozen=True)
+class NotebookSessionLimit:
+    """A notebook instance stopped ``max_session`` after it started: 1 hour to 7 days (default: 8 hours)."""
+
+    notebook_name: str
+    max_session: Duration = Duration.hours(8)
+
+    def validate(self, where: str) -> None:
+        name = self.notebook_name
+        if not is_token(name) and not SAGEMAKER_NAME_RE.fullmatch(name):
+            raise fail(where, "notebook_name", name, "a SageMaker name: letters, digits and single hyphens")
+        problem = session_minutes_problem(_as_whole(_minutes(self.max_session)))
+        if problem:
+            raise fail(where, "max_session", f"{_minutes(self.max_session):g} minutes", problem)
+
+
+def _as_whole(minutes: float) -> float:
+    """``minutes`` as an ``int`` when it is whole (a ``Duration`` of seconds that make whole minutes)."""
+    return int(minutes) if float(minutes).is_integer() else minutes
