@@ -39,8 +39,6 @@ RULE_MODULES: tuple[str, ...] = (
     "endpoint_canary_on_one_instance",
     "endpoint_instance_pools",
     "endpoint_capacity_reservation",
-    "endpoint_instance_pools",
-    "endpoint_capacity_reservation",
     "gpu_workload_instance_type",
     "topic_admits_publishers",
     "service_principal_source_condition",
