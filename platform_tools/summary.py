@@ -10,8 +10,9 @@ A stage's stacks can carry the same names as the app's own (the pipeline deploys
 ``cdk deploy`` would), so stacks are told apart by their construct path, never by name alone.
 
 Reads only the assembly: ``manifest.json`` (stacks, nested assemblies), each template, and ``tree.json``
-(the construct path of each resource, for names) when present. Then it checks the policy validation report:
-any unacknowledged cdk-nag finding fails (exit 1).
+(the construct path of each resource, for names) when present. Then it prints what the stacks cost (always-on
+$/month per stack and $/hour of each training setup, :mod:`platform_tools.cost`, 730 hours a month, on-demand list
+prices of a dated table) and checks the policy validation report: any unacknowledged cdk-nag finding fails (exit 1).
 """
 
 from __future__ import annotations
@@ -330,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no stacks in {outdir}", file=sys.stderr)
         return 1
     for line in summary_lines(stacks, outdir):
+        print(line)
+    from platform_tools.cost import estimate_assembly, estimate_lines  # the cost module reads stacks through this one
+
+    for line in estimate_lines(estimate_assembly(outdir)):
         print(line)
     violations = validation_violations(outdir)
     for line in violations:
