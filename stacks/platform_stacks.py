@@ -25,7 +25,7 @@ from stacks.training_stack import TrainingStack, training_stack_name
 #: What each stack of the platform holds: its description, after the environment's name.
 _HOLDS: dict[type[cdk.Stack], str] = {
     NetworkStack: "private VPC, endpoints, flow logs",
-    DataStack: "KMS keys and S3 buckets",
+    DataStack: "KMS keys, S3 buckets and the cost budget",
     StorageStack: "FSx for Lustre linked to the datasets bucket",
     ImagesStack: "training and inference container images",
     TrainingStack: "training pipeline, job roles, dashboard and alarms",
@@ -86,7 +86,7 @@ def build_platform_stacks(scope: Construct, config: EnvConfig) -> PlatformStacks
         interface_endpoints=interface_endpoints(config),
     )
     name = f"{prefix}-data"
-    data = DataStack(scope, name, props=props(DataStack, name), context=context, data=config.data)
+    data = DataStack(scope, name, props=props(DataStack, name), context=context, data=config.data, budget=config.budget)
     # What the stacks that run workloads take from the network and data stacks.
     vpc, buckets = network.network, data.storage
     name = f"{prefix}-storage"

@@ -92,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "GPU_SERVE_BATCHING_ENV": "gpu_constructs.endpoint",
     "TORCHSERVE_BATCHING_ENV": "gpu_constructs.endpoint",
     "monitoring_key": "gpu_constructs.endpoint",
+    "CostBudget": "gpu_constructs.budgets.construct",
     "Publisher": "gpu_constructs.topics",
     "admit_publishers": "gpu_constructs.topics",
     "alarm_action": "gpu_constructs.topics",
@@ -108,6 +109,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
+    from gpu_constructs.budgets.construct import CostBudget
     from gpu_constructs.constants import (
         DEFAULT_INTERFACE_ENDPOINTS,
         ENDPOINT_SUBNETS,

@@ -69,6 +69,7 @@ from gpu_constructs.errors import ValidationError, path_of
 CLOUDWATCH_ALARMS = "cloudwatch.amazonaws.com"
 EVENTBRIDGE = "events.amazonaws.com"
 S3_NOTIFICATIONS = "s3.amazonaws.com"
+BUDGETS = "budgets.amazonaws.com"
 
 #: What a publishing service needs on the customer managed key of an encrypted topic (SNS guide, step 2).
 PUBLISHER_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey*")
@@ -84,7 +85,7 @@ SNS_TOPIC_CONTEXT_KEY = "kms:EncryptionContext:aws:sns:topicArn"
 class Publisher:
     """An AWS service that publishes to a topic, and the conditions that pin it to this account's sources.
 
-    Build one with :meth:`cloudwatch_alarms`, :meth:`event_rules` or :meth:`s3_bucket`.
+    Build one with :meth:`cloudwatch_alarms`, :meth:`event_rules`, :meth:`s3_bucket` or :meth:`budgets`.
     """
 
     #: The publishing service principal, e.g. ``cloudwatch.amazonaws.com``.
@@ -122,6 +123,25 @@ class Publisher:
             "ArnLike": {"aws:SourceArn": bucket.bucket_arn},
         }
         return cls(S3_NOTIFICATIONS, source, source, "S3" + bucket.node.addr[:12])
+
+    @classmethod
+    def budgets(cls, scope: IConstruct) -> Publisher:
+        """AWS Budgets notifications of ``scope``'s account.
+
+        The topic statement is the one of the AWS Cost Management User Guide, "Creating an Amazon SNS topic for
+        budget notifications" (https://docs.aws.amazon.com/cost-management/latest/userguide/budgets-sns-policy.html):
+        ``"StringEquals": {"aws:SourceAccount": "<account-id>"}, "ArnLike": {"aws:SourceArn":
+        "arn:aws:budgets::<account-id>:*"}`` (budget ARNs have no region). The same conditions pin the key
+        statement (SNS Developer Guide, "Enable compatibility between event sources from AWS services and encrypted
+        topics", step 3). The guide also says "Amazon SNS topics must be in the same account as the Budgets you're
+        configuring. Cross-account Amazon SNS isn't supported."
+        """
+        stack = Stack.of(scope)
+        source = {
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:budgets::{stack.account}:*"},
+        }
+        return cls(BUDGETS, source, source, "Budgets")
 
 
 def _is_aws_managed_sns_key(key: kms.IKey) -> bool:
@@ -227,6 +247,7 @@ def rule_target(topic: sns.ITopic, *, message: events.RuleTargetInput | None = N
 
 __all__ = [
     "AWS_MANAGED_SNS_KEY_ALIAS",
+    "BUDGETS",
     "CLOUDWATCH_ALARMS",
     "EVENTBRIDGE",
     "PUBLISHER_KEY_ACTIONS",

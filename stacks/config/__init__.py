@@ -24,6 +24,7 @@ from stacks.config._base import (
     available_envs,
     known_regions,
 )
+from stacks.config.budget import BudgetConfig
 from stacks.config.data import DataConfig
 from stacks.config.env import EnvConfig, check_training_image_cuda
 from stacks.config.fleets import DlamiConfig, FleetGroupConfig, FleetsConfig, FleetSpotConfig, NotebookConfig
@@ -52,6 +53,7 @@ __all__ = [
     "IMAGE_KINDS",
     "INTERFACE_ENDPOINTS",
     "LUSTRE_DEPLOYMENT_TYPES",
+    "BudgetConfig",
     "ConfigError",
     "DataConfig",
     "DlamiConfig",

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from stacks.config._base import AccountId, Allowed, StrictModel, duplicates, known_regions
+from stacks.config.budget import BudgetConfig
 from stacks.config.data import DataConfig
 from stacks.config.fleets import FleetsConfig
 from stacks.config.gitops import GitOpsConfig
@@ -75,6 +76,25 @@ class EnvConfig(StrictModel):
     pipeline: PipelineConfig | None = Field(
         None, description="Self-mutating CodePipeline that tests and deploys the stages from git; null: none"
     )
+    budget: BudgetConfig | None = Field(
+        None, description="Monthly AWS Budgets cost budget on the environment's tags, with alerts; null: none"
+    )
+
+    @model_validator(mode="after")
+    def _budget_tags(self) -> EnvConfig:
+        """The budget counts the costs of resources that carry the environment's ``tags``: it needs some."""
+        if self.budget is not None and not self.tags:
+            raise ValueError(
+                "budget: needs the environment's `tags` (the budget filters costs on them); allowed: a budget with "
+                "at least one tag, e.g. tags: {project: gpu-platform, environment: dev}"
+            )
+        from gpu_constructs.budgets.limits import check_budget
+
+        if self.budget is not None:
+            problems = check_budget(**self.budget.budget_props(self.tags))
+            if problems:
+                raise ValueError(f"budget: {'; '.join(problems)}")
+        return self
 
     @field_validator("region")
     @classmethod

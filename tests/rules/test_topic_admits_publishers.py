@@ -219,3 +219,48 @@ def test_not_applicable_and_unreadable_cases() -> None:
     )
     for tpl in (role_target, unrelated, token_policy, imported_key):
         assert findings(RULE, tpl) == []
+
+
+# -- AWS Budgets ------------------------------------------------------------------------------------------
+
+BUDGETS = "budgets.amazonaws.com"
+BUDGET_SOURCE = {
+    "StringEquals": {"aws:SourceAccount": "111122223333"},
+    "ArnLike": {"aws:SourceArn": "arn:aws:budgets::111122223333:*"},
+}
+
+
+def budget(subscription_type: str = "SNS") -> dict[str, Any]:
+    subscriber = {"SubscriptionType": subscription_type, "Address": {"Ref": "Topic"}}
+    notification = {"NotificationType": "ACTUAL", "ComparisonOperator": "GREATER_THAN", "Threshold": 80}
+    return {
+        "Type": "AWS::Budgets::Budget",
+        "Properties": {
+            "Budget": {"BudgetType": "COST", "TimeUnit": "MONTHLY"},
+            "NotificationsWithSubscribers": [{"Notification": notification, "Subscribers": [subscriber]}],
+        },
+    }
+
+
+def test_a_budget_notifying_a_topic_needs_budgets_on_topic_and_key() -> None:
+    """AWS Cost Management User Guide, "Creating an Amazon SNS topic for budget notifications": the budget
+    must be allowed to publish; on an encrypted topic the key must admit it too."""
+    tpl = template(Topic=topic({"Fn::GetAtt": ["Key", "Arn"]}), Budget=budget(), Policy=topic_policy(), Key=key())
+    assert ids(tpl) == [f"{ID}[KeyPolicy:{BUDGETS}]", f"{ID}[TopicPolicy:{BUDGETS}]"]
+    # even the default topic policy (no AWS::SNS::TopicPolicy) does not admit the service
+    assert ids(template(Topic=topic(), Budget=budget())) == [f"{ID}[TopicPolicy:{BUDGETS}]"]
+
+
+def test_a_budget_admitted_on_topic_and_key_is_compliant() -> None:
+    tpl = template(
+        Topic=topic({"Fn::GetAtt": ["Key", "Arn"]}),
+        Budget=budget(),
+        Policy=topic_policy(statement(BUDGETS, "sns:Publish", BUDGET_SOURCE)),
+        Key=key(statement(BUDGETS, ["kms:Decrypt", "kms:GenerateDataKey*"], BUDGET_SOURCE)),
+    )
+    assert ids(tpl) == []
+
+
+def test_a_budget_that_only_e_mails_publishes_nothing() -> None:
+    tpl = template(Topic=topic(), Budget=budget("EMAIL"))
+    assert ids(tpl) == []

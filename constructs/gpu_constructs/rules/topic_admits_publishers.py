@@ -1,7 +1,8 @@
 """An SNS topic that an AWS service publishes to must admit that service on the topic and on the topic's key.
 
-A CloudWatch alarm action, an EventBridge rule target and an S3 event notification publish to SNS *as the
-service principal* (``cloudwatch.amazonaws.com``, ``events.amazonaws.com``, ``s3.amazonaws.com``). When the
+A CloudWatch alarm action, an EventBridge rule target, an S3 event notification and an AWS Budgets notification
+publish to SNS *as the service principal* (``cloudwatch.amazonaws.com``, ``events.amazonaws.com``,
+``s3.amazonaws.com``, ``budgets.amazonaws.com``). When the
 topic does not admit it, the publish fails silently: nothing is deployed wrong, no e-mail ever arrives, and
 only the alarm history says "Failed to execute action ... is not authorized to perform: SNS:Publish".
 
@@ -15,7 +16,12 @@ only the alarm history says "Failed to execute action ... is not authorized to p
   EventBridge", "Amazon SNS permissions",
   https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html#eb-sns-permissions;
   Amazon S3 User Guide, "Granting permissions to publish event notification messages to a destination",
-  https://docs.aws.amazon.com/AmazonS3/latest/userguide/grant-destinations-permissions-to-s3.html).
+  https://docs.aws.amazon.com/AmazonS3/latest/userguide/grant-destinations-permissions-to-s3.html), and so does
+  AWS Budgets: "Your budget must have permissions to send a notification to your topic" (AWS Cost Management
+  User Guide, "Creating an Amazon SNS topic for budget notifications",
+  https://docs.aws.amazon.com/cost-management/latest/userguide/budgets-sns-policy.html, whose statement allows
+  ``budgets.amazonaws.com`` ``SNS:Publish`` with ``aws:SourceAccount`` and ``aws:SourceArn``
+  ``arn:aws:budgets::<account-id>:*``).
 * **Key policy.** On an encrypted topic the service must be allowed ``kms:GenerateDataKey*`` and
   ``kms:Decrypt`` by the key policy, so the key must be a customer managed key (Amazon SNS Developer Guide,
   "Enable compatibility between event sources from AWS services and encrypted topics",
@@ -32,8 +38,9 @@ only the alarm history says "Failed to execute action ... is not authorized to p
 Publishers are found in the same template: ``AlarmActions``/``OKActions``/``InsufficientDataActions`` of an
 ``AWS::CloudWatch::Alarm`` or ``AWS::CloudWatch::CompositeAlarm``, ``Targets[].Arn`` of an ``AWS::Events::Rule``
 (targets with a ``RoleArn`` publish as that role and are skipped),
-``NotificationConfiguration.TopicConfigurations[].Topic`` of an ``AWS::S3::Bucket`` and ``TopicArn`` of CDK's
-``Custom::S3BucketNotifications``, each a ``Ref`` to the topic.
+``NotificationConfiguration.TopicConfigurations[].Topic`` of an ``AWS::S3::Bucket``, ``TopicArn`` of CDK's
+``Custom::S3BucketNotifications`` and ``NotificationsWithSubscribers[].Subscribers[].Address`` (``SubscriptionType``
+``SNS``) of an ``AWS::Budgets::Budget``, each a ``Ref`` to the topic.
 The key is checked when ``KmsMasterKeyId`` refers to an ``AWS::KMS::Key`` (or an ``AWS::KMS::Alias`` of one)
 in the same template; a key or topic policy that cannot be read (an intrinsic function) is not judged.
 
@@ -54,6 +61,7 @@ from gpu_constructs.rules._rule import NOT_APPLICABLE, Resource, Result, as_list
 CLOUDWATCH = "cloudwatch.amazonaws.com"
 EVENTBRIDGE = "events.amazonaws.com"
 S3 = "s3.amazonaws.com"
+BUDGETS = "budgets.amazonaws.com"
 
 #: Services that the topic's default policy (no ``AWS::SNS::TopicPolicy``) already admits: it allows publishing
 #: to principals of the topic owner's account (``AWS:SourceOwner``), which covers the account's own alarms.
@@ -88,7 +96,21 @@ def publishers(resource: Resource) -> set[str]:
         config = (custom.get("Properties") or {}).get("NotificationConfiguration")
         if topic in _notified_topics(config, "TopicArn"):
             found.add(S3)
+    for _, budget in resource.of_type("AWS::Budgets::Budget"):
+        if topic in _budget_topics((budget.get("Properties") or {}).get("NotificationsWithSubscribers")):
+            found.add(BUDGETS)
     return found
+
+
+def _budget_topics(notifications: Any) -> set[str]:
+    """Topics that a budget's notifications name as ``SNS`` subscribers."""
+    return {
+        ref
+        for n in as_list(notifications)
+        if isinstance(n, Mapping)
+        for s in as_list(n.get("Subscribers"))
+        if isinstance(s, Mapping) and s.get("SubscriptionType") == "SNS" and (ref := ref_id(s.get("Address")))
+    }
 
 
 def _notified_topics(config: Any, field: str) -> set[str]:
@@ -158,8 +180,8 @@ def _key_findings(key: Mapping[str, Any], services: set[str]) -> list[str]:
 @rule(
     id="TopicAdmitsPublishers",
     resource_types=("AWS::SNS::Topic",),
-    info="An SNS topic that CloudWatch alarms, EventBridge rules or S3 notifications publish to does not admit "
-    "that service on its topic policy or its KMS key: the notifications are dropped silently.",
+    info="An SNS topic that CloudWatch alarms, EventBridge rules, S3 or Budgets notifications publish to does not "
+    "admit that service on its topic policy or its KMS key: the notifications are dropped silently.",
     doc=__doc__,
 )
 def check(resource: Resource) -> Result:
