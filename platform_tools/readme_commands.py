@@ -394,6 +394,8 @@ RULES: tuple[Rule, ...] = (
         ".venv/bin/gpuctl preflight --env dev --offline",
         output=("ml.g5.xlarge for training job usage", "All G and VT Spot Instance Requests"),
     ),
+    _run(_MAIN, ".venv/bin/gpuctl cost", output=("/month always on", "total: $")),
+    _run(_MAIN, ".venv/bin/gpuctl cost diff cdk.out cdk.out", output=("no cost change",)),
     _run(_MAIN, ".venv/bin/gpuctl doctor", output=("GPU check:",)),
     _run(
         _MAIN,
