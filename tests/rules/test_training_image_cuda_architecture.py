@@ -41,3 +41,20 @@ def test_supported_architectures_and_unknown_values_are_compliant() -> None:
     assert findings(RULE, tpl) == []
     # a literal tag behind deploy-time registry parts is still read
     assert [f.logical_id for f in findings(RULE, template(E=training_job(_on("ml.p3.2xlarge", partitioned))))] == ["E"]
+
+
+def test_a_fallback_the_cuda_version_cannot_build_for_is_a_finding() -> None:
+    def listed(*names: str, image: str = CU117) -> dict:
+        preferences = [{"InstanceType": name, "InstanceCount": 1} for name in names]
+        return request(
+            AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File"},
+            ResourceConfig={"InstancePreferences": preferences, "VolumeSizeInGB": 50},
+        )
+
+    # CUDA 11.7 builds for the A100 of ml.p4d but not for the H100 of ml.p5 (Hopper needs 11.8)
+    tpl = template(
+        Machine=state_machine(
+            listed("ml.p4d.24xlarge", "ml.p4de.24xlarge"), listed("ml.p4d.24xlarge", "ml.p5.48xlarge")
+        )
+    )
+    assert [f.finding for f in findings(RULE, tpl)] == ["Train1:cu117"]

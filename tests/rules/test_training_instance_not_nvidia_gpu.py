@@ -38,3 +38,22 @@ def test_gpu_types_cpu_images_and_unknown_values_are_compliant() -> None:
         E=training_job(_on("ml.m5.xlarge", image="123456789012.dkr.ecr.us-east-1.amazonaws.com/custom:latest")),
     )
     assert findings(RULE, tpl) == []
+
+
+def test_a_cpu_type_in_the_fallback_list_is_a_finding() -> None:
+    def listed(*names: str) -> dict:
+        preferences = [{"InstanceType": name} for name in names]
+        return request(
+            AlgorithmSpecification={"TrainingImage": DLC_GPU, "TrainingInputMode": "File"},
+            ResourceConfig={"InstancePreferences": preferences, "InstanceCount": 1, "VolumeSizeInGB": 50},
+        )
+
+    tpl = template(
+        Machine=state_machine(
+            listed("ml.g5.xlarge", "ml.g6.2xlarge"),
+            listed("ml.g5.xlarge", "ml.m5.xlarge"),
+            api="aws-sdk:sagemaker:createTrainingJob",
+            sync=False,
+        )
+    )
+    assert [f.finding for f in findings(RULE, tpl)] == ["Train1"]

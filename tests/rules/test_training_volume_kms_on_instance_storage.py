@@ -83,3 +83,18 @@ def test_processing_jobs_and_sdk_tasks_are_checked_too() -> None:
         ("PrepareSdk", f"{rule}[Prepare0]"),
         ("TrainSdk", f"{rule}[Train1]"),
     ]
+
+
+def test_a_volume_key_with_a_local_nvme_type_in_the_fallback_list_is_a_finding() -> None:
+    def listed(*names: str) -> dict:
+        preferences = [{"InstanceType": name} for name in names]
+        return {"InstancePreferences": preferences, "InstanceCount": 1, "VolumeSizeInGB": 100, "VolumeKmsKeyId": KEY}
+
+    # ml.p3.2xlarge and ml.p3.8xlarge are EBS only; ml.g5.xlarge has local NVMe
+    tpl = template(
+        Machine=state_machine(
+            request(ResourceConfig=listed("ml.p3.2xlarge", "ml.p3.8xlarge")),
+            request(ResourceConfig=listed("ml.p3.2xlarge", "ml.g5.xlarge")),
+        )
+    )
+    assert [f.finding for f in findings(RULE, tpl)] == ["Train1"]

@@ -51,6 +51,8 @@ RULE_MODULES: tuple[str, ...] = (
     "training_image_cuda_architecture",
     "training_dlc_without_code",
     "sagemaker_job_role_authorized",
+    "instance_preferences_exclusive",
+    "instance_preferences_shape",
 )
 
 

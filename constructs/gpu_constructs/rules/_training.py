@@ -18,7 +18,9 @@ Two places hold a job's parameters in a CloudFormation template:
 
 :func:`training_requests` returns the CreateTrainingJob requests (:class:`TrainingRequest`),
 :func:`processing_requests` the CreateProcessingJob requests (:class:`ProcessingRequest`); both are
-:class:`JobRequest` (``.where``, ``.get(*path)``, ``.flat(*path)``, ``.text(*path)``).
+:class:`JobRequest` (``.where``, ``.get(*path)``, ``.flat(*path)``, ``.text(*path)``, ``.resource_config`` and
+``.instance_types()``: the literal types the job may run on, ``InstanceType`` and every ``InstancePreferences``
+entry's, since a fallback list hides its types from a rule that reads only ``InstanceType``).
 
 Values decided at run or deploy time (a ``"Key.$"`` JSONPath, a ``{% JSONata %}`` expression, an intrinsic
 function, a flattened ``${...}`` reference) read as :data:`UNKNOWN`, so rules skip them rather than guess.
@@ -102,6 +104,26 @@ class JobRequest:
         value = self.get(*path)
         return value if isinstance(value, str) and "${" not in value else None
 
+    @property
+    def resource_config(self) -> tuple[str, ...]:
+        """The path of the job's instances: ``ResourceConfig`` (training) or ``ProcessingResources.ClusterConfig``."""
+        return ("ResourceConfig",)
+
+    def preferences(self) -> list[Any] | None:
+        """The literal ``InstancePreferences`` list of the job (``None`` when absent or set at run time)."""
+        value = self.get(*self.resource_config, "InstancePreferences")
+        return value if isinstance(value, list) else None
+
+    def instance_types(self) -> list[str]:
+        """Every literal instance type the job may run on, in order, each once: ``InstanceType`` and the
+        ``InstanceType`` of every ``InstancePreferences`` entry (botocore 1.44.8: "SageMaker launches the [...] job on
+        the first instance type in the list that has available capacity")."""
+        found = [self.text(*self.resource_config, "InstanceType")]
+        for item in self.preferences() or []:
+            name = _literal(item.get("InstanceType")) if isinstance(item, Mapping) else None
+            found.append(name if isinstance(name, str) and "${" not in name else None)
+        return list(dict.fromkeys(name for name in found if name is not None))
+
 
 class TrainingRequest(JobRequest):
     """One CreateTrainingJob request: ``where`` is the state name ("" for an ``AWS::SageMaker::TrainingJob``)."""
@@ -109,6 +131,10 @@ class TrainingRequest(JobRequest):
 
 class ProcessingRequest(JobRequest):
     """One CreateProcessingJob request: ``where`` is the state name ("" for an ``AWS::SageMaker::ProcessingJob``)."""
+
+    @property
+    def resource_config(self) -> tuple[str, ...]:
+        return ("ProcessingResources", "ClusterConfig")
 
 
 def _literal(value: Any) -> Any:
@@ -257,6 +283,15 @@ def image_and_instance(request: TrainingRequest) -> tuple[GpuImage | None, Any]:
     (:func:`catalog_entry`); either is ``None`` when unknown."""
     image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
     return image, catalog_entry(request.text("ResourceConfig", "InstanceType"))
+
+
+def image_and_instances(request: TrainingRequest) -> tuple[GpuImage | None, list[Any]]:
+    """The request's GPU training image (:func:`gpu_image`, ``None`` when unknown) and the catalog entries of every
+    literal type it may run on (:meth:`JobRequest.instance_types`: ``InstanceType`` and the fallback list's), the
+    types missing from the catalog left out."""
+    image = gpu_image(request.flat("AlgorithmSpecification", "TrainingImage"))
+    entries = (catalog_entry(name) for name in request.instance_types())
+    return image, [entry for entry in entries if entry is not None]
 
 
 def catalog_entry(instance_type: str | None) -> Any:

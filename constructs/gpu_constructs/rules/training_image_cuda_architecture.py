@@ -12,15 +12,16 @@ The image's CUDA version is read from a literal AWS Deep Learning Container tag 
 
 Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
 ``aws-sdk:sagemaker:createTrainingJob`` tasks of state machines.
-Non-compliant: a literal ``cuNNN`` image tag and a literal ``ResourceConfig.InstanceType`` with an NVIDIA GPU whose
-architecture that CUDA version cannot build for. Anything set at run or deploy time is not judged.
+Non-compliant: a literal ``cuNNN`` image tag and a literal ``ResourceConfig.InstanceType``, or an ``InstanceType`` of
+``ResourceConfig.InstancePreferences`` (any of them may be selected), with an NVIDIA GPU whose architecture that CUDA
+version cannot build for (one finding per state). Anything set at run or deploy time is not judged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpu_constructs.rules._training import TrainingRequest, image_and_instance, training_rule
+from gpu_constructs.rules._training import TrainingRequest, image_and_instances, training_rule
 
 
 @training_rule(
@@ -32,8 +33,9 @@ from gpu_constructs.rules._training import TrainingRequest, image_and_instance, 
 def check(request: TrainingRequest) -> Iterator[str]:
     from gpu_constructs.catalog import cuda_support_problem
 
-    image, entry = image_and_instance(request)
-    if image is None or image.cuda is None or entry is None or not entry.has_nvidia_gpu:
+    image, entries = image_and_instances(request)
+    if image is None or image.cuda is None:
         return
-    if cuda_support_problem(entry, image.cuda) is not None:
-        yield f"{request.where}:{image.cuda}"
+    cuda = image.cuda
+    if any(entry.has_nvidia_gpu and cuda_support_problem(entry, cuda) is not None for entry in entries):
+        yield f"{request.where}:{cuda}"

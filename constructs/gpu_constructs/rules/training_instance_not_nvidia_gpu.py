@@ -9,14 +9,16 @@ have an NVIDIA GPU comes from the platform's GPU catalog (checked against botoco
 
 Reads ``AWS::SageMaker::TrainingJob`` and the ``sagemaker:createTrainingJob[.sync]`` and
 ``aws-sdk:sagemaker:createTrainingJob`` tasks of state machines.
-Non-compliant: a literal GPU image tag (``-gpu-`` or ``cuNNN``) with a literal ``ResourceConfig.InstanceType``
-that the catalog lists without an NVIDIA GPU. Images and types set at run or deploy time, images of unknown naming
-and types missing from the catalog are not judged.
+Non-compliant: a literal GPU image tag (``-gpu-`` or ``cuNNN``) with a literal ``ResourceConfig.InstanceType``, or
+an ``InstanceType`` of ``ResourceConfig.InstancePreferences`` (SageMaker may select any of them: "SageMaker launches
+the training job on the first instance type in the list that has available capacity", botocore 1.44.8), that the
+catalog lists without an NVIDIA GPU (one finding per state). Images and types set at run or deploy time, images of
+unknown naming and types missing from the catalog are not judged.
 """
 
 from __future__ import annotations
 
-from gpu_constructs.rules._training import TrainingRequest, image_and_instance, training_rule
+from gpu_constructs.rules._training import TrainingRequest, image_and_instances, training_rule
 
 
 @training_rule(
@@ -26,5 +28,5 @@ from gpu_constructs.rules._training import TrainingRequest, image_and_instance, 
     doc=__doc__,
 )
 def check(request: TrainingRequest) -> list[str]:
-    image, entry = image_and_instance(request)
-    return [request.where] if image is not None and entry is not None and not entry.has_nvidia_gpu else []
+    image, entries = image_and_instances(request)
+    return [request.where] if image is not None and any(not entry.has_nvidia_gpu for entry in entries) else []

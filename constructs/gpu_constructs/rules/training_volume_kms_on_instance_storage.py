@@ -15,14 +15,15 @@ Which types have local NVMe comes from the platform's GPU catalog (``InstanceTyp
 Reads ``AWS::SageMaker::TrainingJob`` (``ResourceConfig``), ``AWS::SageMaker::ProcessingJob``
 (``ProcessingResources.ClusterConfig``) and the state machine tasks that call CreateTrainingJob or
 CreateProcessingJob (``sagemaker:create...Job[.sync]`` and ``aws-sdk:sagemaker:create...Job``). Non-compliant: a
-``VolumeKmsKeyId`` (any value) with a literal ``InstanceType`` that the catalog lists with local NVMe. Instance
-types chosen at run time or unknown to the catalog are not judged.
+``VolumeKmsKeyId`` (any value) with a literal ``InstanceType``, or an ``InstanceType`` of ``InstancePreferences``
+(the job may run on any of them), that the catalog lists with local NVMe. Instance types chosen at run time or
+unknown to the catalog are not judged.
 """
 
 from __future__ import annotations
 
 from gpu_constructs.errors import ValidationError
-from gpu_constructs.rules._training import JobRequest, ProcessingRequest, job_rule
+from gpu_constructs.rules._training import JobRequest, job_rule
 
 
 @job_rule(
@@ -33,10 +34,9 @@ from gpu_constructs.rules._training import JobRequest, ProcessingRequest, job_ru
     doc=__doc__,
 )
 def check(request: JobRequest) -> list[str]:
-    config = ("ProcessingResources", "ClusterConfig") if isinstance(request, ProcessingRequest) else ("ResourceConfig",)
-    if request.get(*config, "VolumeKmsKeyId") is None:
+    if request.get(*request.resource_config, "VolumeKmsKeyId") is None:
         return []
-    return [request.where] if _local_nvme(request.text(*config, "InstanceType")) else []
+    return [request.where] if any(_local_nvme(name) for name in request.instance_types()) else []
 
 
 def _local_nvme(instance_type: str | None) -> bool:
