@@ -59,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "NetworkReachability": "gpu_constructs.network",
     "FleetAlarms": "gpu_constructs.fleet",
     "FleetCapacity": "gpu_constructs.fleet",
+    "FleetCapacityReservation": "gpu_constructs.fleet",
+    "FleetFallback": "gpu_constructs.fleet",
     "FleetSpotOptions": "gpu_constructs.fleet",
     "FleetVolumes": "gpu_constructs.fleet",
     "GpuFleet": "gpu_constructs.fleet",
@@ -141,6 +143,8 @@ if TYPE_CHECKING:
     from gpu_constructs.fleet import (
         FleetAlarms,
         FleetCapacity,
+        FleetCapacityReservation,
+        FleetFallback,
         FleetSpotOptions,
         FleetVolumes,
         GpuFleet,

@@ -8,9 +8,10 @@ For teams that train outside SageMaker jobs. One fleet is:
   public IP; detailed monitoring; no key pair and no port 22 (shell access is SSM Session Manager);
 * a least-privilege instance role: Session Manager, the CloudWatch agent (one metric namespace, one log
   group), its own lifecycle hook and health; data access comes from grants (``grant_principal``);
-* an auto scaling group, min 0 by default, with an optional spot mix across compatible GPU types and
-  capacity rebalancing, an optional cluster placement group, EFA interfaces on EFA types (one per network
-  card), EC2 health checks and notifications to a KMS-encrypted SNS topic;
+* an auto scaling group, min 0 by default, with an optional ordered on-demand fallback list, an optional spot
+  mix across compatible GPU types and capacity rebalancing, an optional capacity reservation or Capacity
+  Block, an optional cluster placement group, EFA interfaces on EFA types (one per network card), EC2 health
+  checks and notifications to a KMS-encrypted SNS topic;
 * a boot script (``assets/fleet_boot.sh``) that mounts FSx for Lustre, checks the GPUs, starts the
   CloudWatch agent with the ``nvidia_gpu`` metrics aggregated per group and completes the launch
   lifecycle hook; a broken GPU stack marks the instance unhealthy so the group replaces it;
@@ -21,6 +22,9 @@ The package, one concept per module:
 
 * :mod:`~gpu_constructs.fleet.options`: value types and limits (spot mix, capacity, volumes, alarms), with
   no CDK runtime, so the config model shares their rules;
+* :mod:`~gpu_constructs.fleet.capacity`: where the GPUs come from (an ordered on-demand fallback list, an EC2
+  capacity reservation or Capacity Block), with no CDK runtime; :mod:`~gpu_constructs.fleet.launch_options`
+  renders them (mixed instances policy, the launch template's reservation target and market type);
 * :mod:`~gpu_constructs.fleet.flat_keywords`: the flat keywords ``GpuFleet`` took before its value types,
   deprecated aliases for one release;
 * :mod:`~gpu_constructs.fleet.construct`: ``GpuFleet`` (launch template, group, launch hook, boot script);
@@ -46,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "FleetAlarms": "gpu_constructs.fleet.options",
     "FleetAlarmThresholds": "gpu_constructs.fleet.options",
     "FleetCapacity": "gpu_constructs.fleet.options",
+    "FleetCapacityReservation": "gpu_constructs.fleet.capacity",
+    "FleetFallback": "gpu_constructs.fleet.capacity",
     "FleetSpotOptions": "gpu_constructs.fleet.options",
     "FleetVolumes": "gpu_constructs.fleet.options",
     "TorchCheck": "gpu_constructs.fleet.options",
@@ -68,6 +74,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "FleetAlarms",
     "FleetCapacity",
+    "FleetCapacityReservation",
+    "FleetFallback",
     "FleetSpotOptions",
     "FleetVolumes",
     "GpuFleet",
@@ -86,6 +94,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from gpu_constructs.fleet.acknowledgments import DATA_GRANT_REASON as DATA_GRANT_REASON
     from gpu_constructs.fleet.acknowledgments import PolicyWildcards as PolicyWildcards
     from gpu_constructs.fleet.acknowledgments import wildcard_findings as wildcard_findings
+    from gpu_constructs.fleet.capacity import FleetCapacityReservation as FleetCapacityReservation
+    from gpu_constructs.fleet.capacity import FleetFallback as FleetFallback
     from gpu_constructs.fleet.construct import GpuFleet as GpuFleet
     from gpu_constructs.fleet.key_policies import allow_notifications as allow_notifications
     from gpu_constructs.fleet.key_policies import (

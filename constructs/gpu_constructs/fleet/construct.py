@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 import jsii
-from aws_cdk import Duration, RemovalPolicy, Size, Stack, Tags
+from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Tags
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
@@ -21,9 +21,10 @@ from gpu_constructs.dlami import DlamiImage
 from gpu_constructs.errors import ValidationError, is_token, path_of, require_range
 from gpu_constructs.file_systems.lustre_clients import allow_lustre_clients
 from gpu_constructs.file_systems.lustre_mount import LustreMount
-from gpu_constructs.fleet import acknowledgments, monitoring
+from gpu_constructs.fleet import acknowledgments, launch_options, monitoring
 from gpu_constructs.fleet import reachability as reachability_module
 from gpu_constructs.fleet.acknowledgments import PolicyWildcards
+from gpu_constructs.fleet.capacity import FleetCapacityReservation, FleetFallback, resolve_instance_types
 from gpu_constructs.fleet.flat_keywords import FleetSettings, fold_flat_keywords
 from gpu_constructs.fleet.key_policies import (
     allow_autoscaling_to_use_key,
@@ -62,13 +63,6 @@ DEFAULT_LUSTRE_MOUNT_ATTEMPTS = 30
 DEFAULT_LUSTRE_RETRY_INTERVAL = Duration.seconds(10)
 DEFAULT_IDLE_GPU_PERIOD = Duration.hours(1)
 
-_SPOT_STRATEGIES = {
-    "price-capacity-optimized": autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
-    "capacity-optimized": autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED,
-    "capacity-optimized-prioritized": autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED_PRIORITIZED,
-    "lowest-price": autoscaling.SpotAllocationStrategy.LOWEST_PRICE,
-}
-
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
 class GpuFleet(RoleCompute, Construct):
@@ -92,6 +86,15 @@ class GpuFleet(RoleCompute, Construct):
     :param capacity: instances of the group (:class:`~gpu_constructs.fleet.options.FleetCapacity`; default:
         min 0, no idle GPU cost; max 1; no desired capacity, so scaling is manual or by your own policies).
     :param spot: a spot mix with capacity rebalancing (default: none, on demand only).
+    :param fallback: an ordered fallback list whose first type is ``instance_type``
+        (:class:`~gpu_constructs.fleet.capacity.FleetFallback`): launch template overrides in that order with the
+        On-Demand allocation strategy ``prioritized``; each type checked against the first with the catalog (GPU
+        memory, GPUs per host, the image's CUDA and CPU architecture, EFA interfaces, an optional cost ceiling).
+        With ``spot`` the spot mix uses the same types (``spot.instance_types`` stays empty). Default: none.
+    :param capacity_reservation: an On-Demand Capacity Reservation, a resource group of them or a Capacity Block
+        (:class:`~gpu_constructs.fleet.capacity.FleetCapacityReservation`) that the launch template targets; the
+        group launches only in the reservation's zone, which must match ``availability_zone``, the subnets and a
+        Lustre file system's zone. Default: none.
     :param efa: attach one EFA interface per network card (default: False). EFA on a type without EFA
         is an error.
     :param efa_only_secondary: the interfaces after the first are ``efa-only`` (no IP address used;
@@ -152,6 +155,8 @@ class GpuFleet(RoleCompute, Construct):
         security_group: ec2.ISecurityGroup | None = None,
         capacity: FleetCapacity | None = None,
         spot: FleetSpotOptions | None = None,
+        fallback: FleetFallback | None = None,
+        capacity_reservation: FleetCapacityReservation | None = None,
         efa: bool = False,
         efa_only_secondary: bool = True,
         placement_group: bool = False,
@@ -181,9 +186,27 @@ class GpuFleet(RoleCompute, Construct):
         self.image = image
         self.instance: InstanceType = image.check_instance_type(instance_type, where=where)
         capacity.validate(where)
-        self.spot_types = spot.further_types(where, self.instance, image) if spot is not None else ()
+        region = Stack.of(self).region
+        #: Every type the group may launch, first choice first (the fallback list, or the spot mix's types).
+        self.instance_types = resolve_instance_types(
+            where, self.instance, image, fallback, spot, None if is_token(region) else region
+        )
+        self.spot_types = self.instance_types[1:] if spot is not None else ()
         if efa:
-            check_efa(where, self.instance, self.spot_types)
+            param = "instance_types[]" if fallback is not None else "spot.instance_types[]"
+            check_efa(where, self.instance, self.instance_types[1:], param=param)
+        self.capacity_reservation = capacity_reservation
+        if capacity_reservation is not None:
+            capacity_reservation.validate(
+                where,
+                instance=self.instance,
+                instance_types=self.instance_types,
+                spot=spot is not None,
+                capacity=capacity,
+                placement_zone=availability_zone if placement_group else None,
+            )
+            if placement_group:  # the placement group is in the reservation's zone
+                availability_zone = availability_zone or capacity_reservation.availability_zone
         volumes.validate(where)
         if lustre is not None:
             lustre.validate(where)
@@ -231,16 +254,24 @@ class GpuFleet(RoleCompute, Construct):
         self._validate_user_data_size(self.boot_script)
         assert volumes.root_volume_size is not None
         self.launch_template = self._launch_template(volume_key, volumes.root_volume_size, volumes.data_volume_size)
+        if capacity_reservation is not None:
+            launch_options.apply_reservation(self.launch_template, capacity_reservation)
         self.efa_interfaces = 0
         if efa:
             self._attach_efa_interfaces(self.security_group, efa_only_secondary)
 
         subnets = vpc_subnets or ec2.SubnetSelection(subnet_type=_private_subnet_type(vpc))
         same_zone = lustre is None or lustre.same_zone
+        if capacity_reservation is not None:
+            zone = reachability_module.zone_for_reservation(where, vpc, subnets, capacity_reservation, file_system)
         zone = reachability_module.zone_for_file_system(self, vpc, subnets, zone, file_system, same_zone)
         self._vpc_subnets = reachability_module.narrow_subnets(subnets, zone)
-        self.auto_scaling_group = self._group(vpc, capacity, spot, health_check_grace_period)
-        self._add_launch_hook(boot_timeout, spot is not None)
+        self._warn_reservation_size(capacity)
+        policy = launch_options.mixed_instances_policy(
+            self.launch_template, self.instance_types, spot, prioritized=fallback is not None
+        )
+        self.auto_scaling_group = self._group(vpc, capacity, policy, spot is not None, health_check_grace_period)
+        self._add_launch_hook(boot_timeout, policy is not None)
 
         self._add_monitoring(alarms)
 
@@ -267,6 +298,21 @@ class GpuFleet(RoleCompute, Construct):
         else:
             self.node.add_validation(
                 reachability_module.InferredReachability(self, vpc, lambda: self._vpc_subnets, self.required_services)
+            )
+
+    def _warn_reservation_size(self, capacity: FleetCapacity) -> None:
+        """A targeted reservation smaller than ``max_capacity``: launches beyond it fail (a warning, since the
+        group may be meant to grow once the reservation does)."""
+        reservation = self.capacity_reservation
+        if reservation is None or not reservation.targeted or reservation.instance_count is None:
+            return
+        if capacity.max_capacity > reservation.instance_count:
+            Annotations.of(self).add_warning_v2(
+                "gpu-constructs:fleet-reservation-smaller-than-max",
+                f"max_capacity {capacity.max_capacity} is more than the {reservation.instance_count} instance(s) of "
+                f"{reservation.describe()}: the group targets only the reservation, so launches beyond it fail "
+                f"(InsufficientInstanceCapacity); set max_capacity <= {reservation.instance_count} or grow the "
+                "reservation",
             )
 
     def _validate_user_data_size(self, script: str) -> None:
@@ -397,25 +443,20 @@ class GpuFleet(RoleCompute, Construct):
         self.efa_interfaces = cards
 
     def _group(
-        self, vpc: ec2.IVpc, capacity: FleetCapacity, spot: FleetSpotOptions | None, grace: Duration
+        self,
+        vpc: ec2.IVpc,
+        capacity: FleetCapacity,
+        policy: autoscaling.MixedInstancesPolicy | None,
+        spot: bool,
+        grace: Duration,
     ) -> autoscaling.AutoScalingGroup:
         group_kwargs: dict[str, object] = {}
-        if spot is not None:
-            group_kwargs["mixed_instances_policy"] = autoscaling.MixedInstancesPolicy(
-                launch_template=self.launch_template,
-                instances_distribution=autoscaling.InstancesDistribution(
-                    on_demand_base_capacity=spot.on_demand_base_capacity,
-                    on_demand_percentage_above_base_capacity=spot.on_demand_percentage_above_base,
-                    spot_allocation_strategy=_SPOT_STRATEGIES[spot.allocation_strategy],
-                ),
-                launch_template_overrides=[
-                    autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(name))
-                    for name in (self.instance.name, *self.spot_types)
-                ],
-            )
-            group_kwargs["capacity_rebalance"] = True
+        if policy is not None:
+            group_kwargs["mixed_instances_policy"] = policy
         else:
             group_kwargs["launch_template"] = self.launch_template
+        if spot:
+            group_kwargs["capacity_rebalance"] = True
         return autoscaling.AutoScalingGroup(
             self,
             "Group",
@@ -456,9 +497,10 @@ class GpuFleet(RoleCompute, Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = monitoring.add_alarms(
             self, self.fleet_name, settings, log_metrics, self.topic
         )
+        further = f" (then {', '.join(self.instance_types[1:])})" if len(self.instance_types) > 1 else ""
         title = (
-            f"# GPU fleet {self.fleet_name}\n{self.instance.describe()} x {self.gpu_count} GPU(s) per instance, "
-            f"{self.image.describe()}. GPU metrics: CloudWatch agent `nvidia_gpu`, per group."
+            f"# GPU fleet {self.fleet_name}\n{self.instance.describe()}{further} x {self.gpu_count} GPU(s) per "
+            f"instance, {self.image.describe()}. GPU metrics: CloudWatch agent `nvidia_gpu`, per group."
         )
         self.dashboard = monitoring.add_dashboard(
             self, self.fleet_name, title, settings.idle_gpu_threshold_percent, list(self.alarms.values())

@@ -256,15 +256,18 @@ class FleetSpotOptions:
         return tuple(names[1:])
 
 
-def check_efa(where: str, instance: InstanceType, spot_types: Sequence[str]) -> None:
-    """EFA needs an EFA type, and every spot type with the same number of EFA interfaces (network cards)."""
+def check_efa(
+    where: str, instance: InstanceType, spot_types: Sequence[str], *, param: str = "spot.instance_types[]"
+) -> None:
+    """EFA needs an EFA type, and every further type (a spot mix's, or a fallback list's named by ``param``) with
+    the same number of EFA interfaces (network cards)."""
     require_efa(instance, where=where)
     for name in spot_types:
-        other = require_efa(name, where=where, param="spot.instance_types[]")
+        other = require_efa(name, where=where, param=param)
         if other.efa_interfaces != instance.efa_interfaces:
             raise fail(
                 where,
-                "spot.instance_types[]",
+                param,
                 name,
                 f"types with {instance.efa_interfaces} EFA interface(s) like {instance.name!r} "
                 "(one launch template describes every network card)",

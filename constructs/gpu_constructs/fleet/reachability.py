@@ -13,6 +13,7 @@ from gpu_constructs.constants import FLEET_FEATURE_SERVICES, S3_GATEWAY, endpoin
 from gpu_constructs.dlami import LUSTRE_INSTALL_ROUTE, DlamiImage, lustre_client_lines
 from gpu_constructs.errors import ValidationError, fail, is_token, path_of
 from gpu_constructs.file_systems.lustre_mount import LustreFileSystemLike
+from gpu_constructs.fleet.capacity import FleetCapacityReservation
 from gpu_constructs.network import NetworkReachability, infer_reachability, select_subnets
 
 _INTERNET_PROBLEM = (
@@ -139,6 +140,54 @@ def zone_for_file_system(
             "Availability Zone is billed as inter-AZ data transfer in each direction, and every Lustre RPC "
             f"crosses zones (higher latency, lower throughput). Launch the fleet in {fs_zone} "
             "(same_zone_as_file_system=True, or availability_zone / subnets in that zone)",
+        )
+    return zone
+
+
+def zone_for_reservation(
+    where: str,
+    vpc: ec2.IVpc,
+    subnets: ec2.SubnetSelection,
+    reservation: FleetCapacityReservation,
+    file_system: LustreFileSystemLike | None,
+) -> str:
+    """The reservation's AZ, where the fleet launches; a ``ValidationError`` when the VPC, the fleet's subnets or
+    the Lustre file system it mounts are elsewhere.
+
+    A Capacity Reservation reserves capacity in one Availability Zone, and an instance launches into it only there:
+    EC2 User Guide, "Launch instances using Capacity Blocks"
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html): "Your instance can't launch
+    in a subnet in a different Availability Zone from the Availability Zone where your Capacity Block is located";
+    an On-Demand Capacity Reservation matches instances on "instance type, platform, Availability Zone" (EC2 API,
+    ``LaunchTemplateCapacityReservationSpecificationRequest``). An FSx for Lustre file system lives in one subnet
+    of one zone; a fleet that must launch in the reservation's zone mounts it across zones (inter-AZ transfer on
+    every byte, higher latency), so the zones must be the same.
+    """
+    zone = reservation.availability_zone
+    fs_zone = getattr(file_system, "availability_zone", None) if file_system is not None else None
+    if isinstance(fs_zone, str) and not is_token(fs_zone) and fs_zone != zone:
+        raise fail(
+            where,
+            "capacity_reservation.availability_zone",
+            zone,
+            f"the zone of the FSx for Lustre file "
+            f"system the fleet mounts ({fs_zone}): the fleet launches only in the reservation's zone and "
+            "would read the file system across zones; reserve capacity there, or move the file system "
+            "(file_systems.lustre.availability_zone)",
+        )
+    zones = [z for z in vpc.availability_zones if not is_token(z)]
+    if zones and zone not in zones:
+        raise fail(where, "capacity_reservation.availability_zone", zone, f"an AZ of the VPC: {', '.join(zones)}")
+    try:
+        selected = [z for z in select_subnets(vpc, subnets).availability_zones if not is_token(z)]
+    except Exception:
+        return zone  # subnets the VPC cannot list at synth: the deploy checks them
+    if selected and zone not in selected:
+        raise fail(
+            where,
+            "capacity_reservation.availability_zone",
+            zone,
+            f"an AZ of the fleet's subnets: {', '.join(sorted(set(selected)))}",
         )
     return zone
 

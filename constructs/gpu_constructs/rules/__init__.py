@@ -40,6 +40,7 @@ RULE_MODULES: tuple[str, ...] = (
     "endpoint_instance_pools",
     "endpoint_capacity_reservation",
     "gpu_workload_instance_type",
+    "fleet_capacity_block_market_type",
     "topic_admits_publishers",
     "service_principal_source_condition",
     "alarm_one_metrics_insights_query",
