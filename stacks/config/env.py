@@ -195,11 +195,11 @@ class EnvConfig(StrictModel):
     def _training_image_drives_the_gpu(self) -> EnvConfig:
         if self.training.enabled:
             check_training_image_cuda(self.images.training, self.training)
+            self.training.check_fallback(
+                cuda_version=image_cuda_version(self.images.training, "training"), region=self.region
+            )
         return self
 
     @property
     def is_production(self) -> bool:
         return self.removal_policy == "retain" and self.termination_protection
-            self.training.check_fallback(
-                cuda_version=image_cuda_version(self.images.training, "training"), region=self.region
-            )
