@@ -6,7 +6,7 @@ endpoints per Availability Zone, EC2 auto scaling groups at MinSize) and the $/h
 first choice and its most expensive fallback), read from the templates in the cloud assembly (default ``cdk.out``).
 
 ``gpuctl cost diff BASE_DIR HEAD_DIR`` compares two cloud assemblies (e.g. the synth of the main branch and of a
-change) and prints one line per change ("+$365.73/month: gpu-prod-inference: endpoint gpu-prod-classifier
+change) and prints one line per change ("+$1,105.95/month: gpu-prod-inference: endpoint gpu-prod-classifier
 ml.g5.2xlarge x2 -> x3") and the total before and after.
 
 Prices are on-demand list prices from the dated table in ``gpu_constructs.catalog.pricing``; a month is 730
