@@ -203,3 +203,13 @@ class EnvConfig(StrictModel):
     @property
     def is_production(self) -> bool:
         return self.removal_policy == "retain" and self.termination_protection
+    @model_validator(mode="after")
+    def _endpoint_pools_drive_the_gpu(self) -> EnvConfig:
+        """Every endpoint's instance pools with the inference image's CUDA and the region's prices."""
+        if self.inference.enabled:
+            image = self.images.inference
+            version = image_cuda_version(image, "inference")
+            source = f"images.inference: kind {image.kind}, CUDA {version or 'unknown'}"
+            self.inference.check_pools(cuda_version=version, image=source, region=self.region)
+        return self
+

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from gpu_constructs.endpoint.capacity import OffHoursSchedule
     from gpu_constructs.endpoint.capture import AsyncInference, DataCapture
     from gpu_constructs.endpoint.deployment import BlueGreenDeployment
+    from gpu_constructs.endpoint.pools import InstancePool
     from gpu_constructs.endpoint.scaling import EndpointAutoscaling
 
 #: The model download and container start-up limits, in seconds (the library's range).
@@ -333,6 +334,17 @@ class EndpointOffHoursConfig(StrictModel):
         )
 
 
+class EndpointInstancePoolConfig(StrictModel):
+    """One entry of ``inference.endpoints.<key>.instance_pools`` (a plain type name is this with the type alone)."""
+
+    instance_type: str = Field(description="ml.* NVIDIA GPU hosting type (GPU catalog)")
+    model_name_override: str | None = Field(
+        None,
+        description="Name of another SageMaker model (created outside this app) to serve on this pool's instances, "
+        "e.g. one compiled for its GPU (null: the endpoint's model)",
+    )
+
+
 class EndpointConfig(StrictModel):
     """One SageMaker endpoint (inference stack), named <resource_prefix>-<key>."""
 
@@ -344,6 +356,25 @@ class EndpointConfig(StrictModel):
         "output/", description="ssm: model_data only: the artifacts-bucket prefix the parameter's URIs are under"
     )
     instance_type: str = Field("ml.g5.xlarge", description="ml.* hosting type from the GPU catalog")
+    instance_pools: tuple[EndpointInstancePoolConfig, ...] | None = Field(
+        None,
+        description="Fallback list, 1-5 hosting types in priority order starting with instance_type (names, or "
+        "objects with instance_type and model_name_override; instance_type defaults to the first): rendered as "
+        "InstancePools, SageMaker provisions from the first type with capacity, at creation and on scale-out. "
+        "Checked by the GPU catalog: NVIDIA GPU types the image's CUDA supports, each once, at least the first "
+        "choice's GPU memory per GPU and exactly its GPUs per instance, and the cost ceiling max_cost_ratio",
+    )
+    max_cost_ratio: Annotated[float, Field(gt=0), Allowed()] | None = Field(
+        None,
+        description="Refuse an instance_pools entry whose hourly price is above this multiple of the first "
+        "choice's (the catalog's price table; null: no ceiling)",
+    )
+    capacity_reservation_arn: str | None = Field(
+        None,
+        description="ML capacity reservation (a training plan for endpoints) the instances launch into, "
+        "capacity-reservations-only; its type must be instance_type; the endpoint stops serving when it ends "
+        "(null: on-demand capacity). Not with instance_pools",
+    )
     cpu_variant: bool = Field(False, description="Declare a CPU-only variant (then a CPU type is allowed)")
     instance_count: int = Field(1, description="Initial instances (>= 1; production: 2+ to survive an AZ outage)")
     volume_size_gb: int | None = Field(
@@ -403,6 +434,21 @@ class EndpointConfig(StrictModel):
             raise ValueError("allowed: S3 key characters A-Z a-z 0-9 !_.*'()/=-")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pool_names(cls, data: Any) -> Any:
+        """A plain type name in ``instance_pools`` is an entry with the type alone; ``instance_type`` defaults to
+        the first entry's."""
+        pools = data.get("instance_pools") if isinstance(data, dict) else None
+        if not isinstance(pools, list | tuple):
+            return data
+        entries = tuple({"instance_type": item} if isinstance(item, str) else item for item in pools)
+        data = {**data, "instance_pools": entries}
+        first = entries[0].get("instance_type") if entries and isinstance(entries[0], dict) else None
+        if "instance_type" not in data and isinstance(first, str):
+            data["instance_type"] = first
+        return data
+
     @field_validator("instance_count")
     @classmethod
     def _count(cls, value: int) -> int:
@@ -435,6 +481,7 @@ class EndpointConfig(StrictModel):
         if problem == "out_of_range":
             low, high = VOLUME_SIZE_RANGE_GB
             raise ValueError(f"volume_size_gb: {self.volume_size_gb} is not allowed; allowed: {low}..{high}")
+        self._check_capacity()
         is_async = self.async_inference is not None
         scaling = self.autoscaling
         if scaling is not None:
@@ -458,6 +505,67 @@ class EndpointConfig(StrictModel):
             with library_rules(keys={"off_hours.off_hours_capacity": "off_hours.capacity"}):
                 self.off_hours.schedule().validate("", is_async=is_async, max_capacity=high)
         return self
+
+    def _check_capacity(self) -> None:
+        """Instance pools and the reservation: the library's rules (:mod:`gpu_constructs.endpoint.pools`) without
+        the image's CUDA and the region's prices, which :meth:`check_pools` adds across sections."""
+        from gpu_constructs.endpoint.pools import check_capacity_reservation
+        from gpu_constructs.endpoint.pools import check_instance_pools as library_check
+
+        if self.max_cost_ratio is not None and self.instance_pools is None:
+            raise ValueError(
+                f"max_cost_ratio: {self.max_cost_ratio:g} bounds instance_pools, which is not set; allowed: null"
+            )
+        if self.instance_pools is not None:
+            if self.cpu_variant:
+                raise ValueError("instance_pools: not for a CPU variant (cpu_variant: true); allowed: null")
+            first = self.instance_pools[0].instance_type if self.instance_pools else None
+            if first is not None and first != self.instance_type:
+                raise ValueError(
+                    f"instance_pools[0]: {first!r} is not instance_type {self.instance_type!r}; allowed: the list "
+                    "starts with the first choice, instance_type (or leave instance_type out)"
+                )
+            with library_rules():
+                library_check("", self.pools())
+            self._check_pool_volumes()
+        if self.capacity_reservation_arn is not None:
+            with library_rules():
+                check_capacity_reservation(
+                    "", self.capacity_reservation_arn, instance_pools=self.instance_pools is not None
+                )
+
+    def _check_pool_volumes(self) -> None:
+        """``volume_size_gb`` only when no pool's type has local NVMe (SageMaker uses that instead of a volume)."""
+        from gpu_constructs.catalog import lookup
+
+        if self.volume_size_gb is None:
+            return
+        for i, pool in enumerate(self.instance_pools or ()):
+            it = lookup(pool.instance_type)
+            if it.has_local_nvme:
+                raise ValueError(
+                    f"volume_size_gb: {self.volume_size_gb} is not allowed with instance_pools[{i}] "
+                    f"{pool.instance_type} (it has {it.local_nvme_gb} GB of local NVMe that SageMaker uses instead); "
+                    "allowed: null"
+                )
+
+    def pools(self) -> list[InstancePool]:
+        """``instance_pools`` as the library's :class:`~gpu_constructs.endpoint.InstancePool` values (empty
+        without a list)."""
+        from gpu_constructs.endpoint.pools import InstancePool
+
+        return [InstancePool(p.instance_type, p.model_name_override) for p in self.instance_pools or ()]
+
+    def check_pools(self, *, cuda_version: str | None, region: str) -> None:
+        """The catalog's full check of ``instance_pools``: also the image's CUDA ``cuda_version`` on every type
+        and the cost ceiling ``max_cost_ratio`` with ``region``'s prices. Raises the library's error (a
+        ``ValueError``) naming the entry."""
+        from gpu_constructs.endpoint.pools import check_instance_pools as library_check
+
+        if self.instance_pools:
+            library_check(
+                "", self.pools(), cuda_version=cuda_version, max_cost_ratio=self.max_cost_ratio, region=region
+            )
 
     def model(self, artifacts_bucket: s3.IBucket) -> ModelData:
         """The library's :class:`~gpu_constructs.endpoint.ModelData` of ``model_data``: an SSM parameter (whose
@@ -488,6 +596,9 @@ class EndpointConfig(StrictModel):
         return {
             "model_data": self.model(artifacts_bucket),
             "instance_type": self.instance_type,
+            "instance_pools": self.pools() or None,
+            "max_cost_ratio": self.max_cost_ratio,
+            "capacity_reservation_arn": self.capacity_reservation_arn,
             "cpu_variant": self.cpu_variant,
             "initial_instance_count": self.instance_count,
             "environment": self.environment,
@@ -538,3 +649,14 @@ class InferenceConfig(StrictModel):
         if self.enabled and not self.endpoints:
             raise ValueError("enabled: true needs at least one entry under endpoints")
         return self
+
+    def check_pools(self, *, cuda_version: str | None, image: str, region: str) -> None:
+        """Every endpoint's ``instance_pools`` with the inference image's CUDA ``cuda_version`` (described as
+        ``image`` in the message) and ``region``'s prices (:meth:`EndpointConfig.check_pools`)."""
+        from gpu_constructs.errors import ValidationError
+
+        for key, endpoint in sorted(self.endpoints.items()):
+            try:
+                endpoint.check_pools(cuda_version=cuda_version, region=region)
+            except ValidationError as exc:
+                raise ValueError(f"inference.endpoints.{key}.{exc.detail} ({image})") from None
