@@ -8,13 +8,16 @@ What the environment needs comes from ``config/<env>.yaml`` alone (:func:`comput
 * EC2 vCPUs per instance family quota (``Running On-Demand G and VT instances``, ``All P Spot Instance
   Requests``, ...) for the fleets: the largest type of the group in that family x the instances that may run
   on demand or on spot, at ``max_capacity``;
-* each fleet type offered in each Availability Zone the fleet may launch in.
+* each fleet type offered in each Availability Zone the fleet may launch in;
+* the reservations it names (training plans, endpoint ML reservations, fleet EC2 Capacity Reservations and
+  Capacity Blocks): :mod:`gpuctl.reservations`.
 
 Online, the command compares them with the account's quotas (Service Quotas ListServiceQuotas: the quota
-*value*; current usage is not known from it) and with EC2 DescribeInstanceTypeOfferings, both read-only.
-Exit 0: all clear; 1: a quota is short or unknown, or a type is not offered; 2: bad input or AWS refused
-(no credentials, access denied). ``--offline`` prints the needs without calling AWS; ``--json`` prints the
-same data as JSON.
+*value*; current usage is not known from it), with EC2 DescribeInstanceTypeOfferings and with the reservations'
+states (EC2 DescribeCapacityReservations, SageMaker DescribeTrainingPlan), all read-only.
+Exit 0: all clear; 1: a quota is short or unknown, a type is not offered, or a reservation is gone or does not
+match; 2: bad input or AWS refused (no credentials, access denied). ``--offline`` prints the needs without
+calling AWS; ``--json`` prints the same data as JSON.
 """
 
 from __future__ import annotations
@@ -30,6 +33,16 @@ from typing import Any
 
 from gpuctl.aws_errors import explain, sagemaker_quota_name, service_quotas_url
 from gpuctl.commands import add_command
+from gpuctl.reservations import (
+    EC2_RESERVATION,
+    TRAINING_PLAN,
+    ReservationNeed,
+    ReservationResult,
+    check_reservations,
+    reservation_needs,
+    reservation_rows,
+)
+from gpuctl.reservations import IAM_ACTIONS as RESERVATION_IAM_ACTIONS
 from gpuctl.training_setup import ClientFactory, boto3_client
 
 #: The command's line in ``gpuctl --help``.
@@ -54,6 +67,7 @@ EC2_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
 IAM_ACTIONS: dict[str, str] = {
     "ListServiceQuotas": "servicequotas:ListServiceQuotas",
     "DescribeInstanceTypeOfferings": "ec2:DescribeInstanceTypeOfferings",
+    **RESERVATION_IAM_ACTIONS,
 }
 
 _ACCESS_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"})
@@ -94,6 +108,7 @@ class Needs:
     region: str
     quotas: list[QuotaNeed]
     offerings: list[OfferingNeed]
+    reservations: list[ReservationNeed] = field(default_factory=list)
 
 
 class _Collector:
@@ -267,6 +282,7 @@ def compute_needs(config: Any) -> Needs:
         region=config.region,
         quotas=list(out.quotas.values()),
         offerings=list(out.offerings.values()),
+        reservations=reservation_needs(config),
     )
 
 
@@ -327,10 +343,15 @@ class Report:
     region: str
     quotas: list[QuotaResult]
     offerings: list[OfferingResult]
+    reservations: list[ReservationResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(q.status == "ok" for q in self.quotas) and all(o.offered for o in self.offerings)
+        return (
+            all(q.status == "ok" for q in self.quotas)
+            and all(o.offered for o in self.offerings)
+            and all(r.ok for r in self.reservations)
+        )
 
 
 #: The clients preflight calls AWS with (its own hook: the --offline tests replace it to prove no call is made).
@@ -420,8 +441,8 @@ def _quota_result(need: QuotaNeed, value: float | None, region: str) -> QuotaRes
     return QuotaResult(need.service, need.quota_name, need.needed, need.unit, need.used_by, value, status, request)
 
 
-def check(needs: Needs, quotas_client: Any, ec2_client: Any | None) -> Report:
-    """Compare ``needs`` with the account's applied quotas and the offerings of its zones."""
+def check(needs: Needs, quotas_client: Any, ec2_client: Any | None, sagemaker_client: Any | None = None) -> Report:
+    """Compare ``needs`` with the account's applied quotas, the offerings of its zones and its reservations."""
     values: dict[str, dict[str, float]] = {}
     for service in sorted({q.service for q in needs.quotas}):
         values[service] = applied_quotas(quotas_client, service, needs.region)
@@ -435,7 +456,8 @@ def check(needs: Needs, quotas_client: Any, ec2_client: Any | None) -> Report:
             OfferingResult(o.instance_type, o.zone, o.used_by, (o.instance_type, o.zone) in offered)
             for o in needs.offerings
         ]
-    return Report(needs.env, needs.region, quotas, offerings)
+    reservations = check_reservations(needs.reservations, ec2_client, sagemaker_client, needs.region, _call)
+    return Report(needs.env, needs.region, quotas, offerings, reservations)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -461,6 +483,22 @@ def needs_lines(needs: Needs) -> list[str]:
         lines += _table(
             ("instance type", "zone", "used by"),
             [(o.instance_type, o.zone, ", ".join(o.used_by)) for o in needs.offerings],
+        )
+    if needs.reservations:
+        lines += ["", "Reservations whose state is checked (DescribeCapacityReservations, DescribeTrainingPlan):", ""]
+        lines += _table(
+            ("reservation", "kind", "instance type", "instances", "zone", "used by"),
+            [
+                (
+                    r.reservation,
+                    r.kind,
+                    r.instance_type,
+                    "-" if r.instance_count is None else str(r.instance_count),
+                    r.zone or "-",
+                    ", ".join(r.used_by),
+                )
+                for r in needs.reservations
+            ],
         )
     return lines
 
@@ -488,9 +526,18 @@ def report_lines(report: Report) -> list[str]:
             ("instance type", "zone", "offered", "used by"),
             [(o.instance_type, o.zone, "yes" if o.offered else "NO", ", ".join(o.used_by)) for o in report.offerings],
         )
+    if report.reservations:
+        lines += [""]
+        lines += _table(
+            ("reservation", "kind", "instance type", "state", "free", "window", "status", "used by"),
+            reservation_rows(report.reservations),
+        )
     short = sum(q.status != "ok" for q in report.quotas)
     missing = sum(not o.offered for o in report.offerings)
-    lines += ["", "all clear" if report.ok else f"{short} quota(s) short or unknown, {missing} offering(s) missing"]
+    bad = sum(not r.ok for r in report.reservations)
+    summary = f"{short} quota(s) short or unknown, {missing} offering(s) missing"
+    summary += f", {bad} reservation(s) with a problem" if report.reservations else ""
+    lines += ["", "all clear" if report.ok else summary]
     return lines
 
 
@@ -517,8 +564,10 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(asdict(needs), indent=2) if args.json else "\n".join(needs_lines(needs)))
             return 0
         quotas_client = make_client("service-quotas", needs.region)
-        ec2_client = make_client("ec2", needs.region) if needs.offerings else None
-        report = check(needs, quotas_client, ec2_client)
+        kinds = {r.kind for r in needs.reservations}
+        ec2_client = make_client("ec2", needs.region) if needs.offerings or EC2_RESERVATION in kinds else None
+        sagemaker_client = make_client("sagemaker", needs.region) if TRAINING_PLAN in kinds else None
+        report = check(needs, quotas_client, ec2_client, sagemaker_client)
     except PreflightError as exc:
         print(f"gpuctl preflight: {exc}", file=sys.stderr)
         return 2
