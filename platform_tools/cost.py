@@ -46,7 +46,7 @@ from gpu_constructs.catalog.pricing import (
     fsx_lustre_gib_month,
     hourly_price,
 )
-from platform_tools.summary import StackSummary, _construct_name, assembly_stacks
+from platform_tools.summary import StackSummary, _construct_name, _resource_paths, assembly_stacks
 
 __all__ = [
     "CostChange",
@@ -100,6 +100,7 @@ class TrainingSetup:
     name: str
     choices: tuple[tuple[str, int], ...]  #: (instance type, count), first choice first
     hourly_usd: tuple[float | None, ...]  #: per choice, None when unpriced
+    spot: bool = False  #: a task sets ``EnableManagedSpotTraining``: the on-demand price is an upper bound
 
     @property
     def key(self) -> tuple[str, str]:
@@ -204,6 +205,22 @@ def _monthly(hourly: float | None, quantity: float) -> float | None:
     return None if hourly is None else round(hourly * quantity * HOURS_PER_MONTH, 2)
 
 
+@dataclass(frozen=True)
+class _Stack:
+    """What the readers of one template need: the stack's label, the region it is priced in, its resources and
+    the construct path of each (``tree.json``, for names)."""
+
+    label: str
+    region: str
+    resources: Mapping[str, Any]
+    paths: Mapping[str, str]
+
+    def name(self, logical_id: str, props: Mapping[str, Any], name_property: str | None = None) -> str:
+        """The physical name the template sets, else the resource's construct id, else its logical id."""
+        physical = props.get(name_property) if name_property else None
+        return physical if isinstance(physical, str) else _construct_name(self.paths.get(logical_id), logical_id)
+
+
 # --------------------------------------------------------------------------------------------------- resources
 
 
@@ -228,7 +245,8 @@ def _variant_type(variant: Mapping[str, Any]) -> tuple[str | None, str]:
     return (instance_type if isinstance(instance_type, str) else None), ""
 
 
-def _endpoint_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[CostItem]:
+def _endpoint_items(ctx: _Stack) -> list[CostItem]:
+    stack, region, resources = ctx.label, ctx.region, ctx.resources
     minimums = _scalable_minimums(resources)
     configs = dict(_of_type(resources, "AWS::SageMaker::EndpointConfig"))
     items = []
@@ -236,8 +254,7 @@ def _endpoint_items(stack: str, region: str, resources: Mapping[str, Any]) -> li
         config = configs.get(_ref(props.get("EndpointConfigName")) or "")
         if config is None:
             continue
-        name = props.get("EndpointName")
-        name = name if isinstance(name, str) else _construct_name(None, logical_id)
+        name = ctx.name(logical_id, props, "EndpointName")
         for variant in config.get("ProductionVariants", []) or []:
             if not isinstance(variant, Mapping) or variant.get("ServerlessConfig"):
                 continue
@@ -265,11 +282,11 @@ def _endpoint_items(stack: str, region: str, resources: Mapping[str, Any]) -> li
     return items
 
 
-def _notebook_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[CostItem]:
+def _notebook_items(ctx: _Stack) -> list[CostItem]:
+    stack, region = ctx.label, ctx.region
     items = []
-    for logical_id, props in _of_type(resources, "AWS::SageMaker::NotebookInstance"):
-        name = props.get("NotebookInstanceName")
-        name = name if isinstance(name, str) else _construct_name(None, logical_id)
+    for logical_id, props in _of_type(ctx.resources, "AWS::SageMaker::NotebookInstance"):
+        name = ctx.name(logical_id, props, "NotebookInstanceName")
         instance_type = props.get("InstanceType")
         price = hourly_price(instance_type, "notebook", region) if isinstance(instance_type, str) else None
         items.append(
@@ -287,9 +304,10 @@ def _notebook_items(stack: str, region: str, resources: Mapping[str, Any]) -> li
     return items
 
 
-def _fsx_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[CostItem]:
+def _fsx_items(ctx: _Stack) -> list[CostItem]:
+    stack, region = ctx.label, ctx.region
     items = []
-    for logical_id, props in _of_type(resources, "AWS::FSx::FileSystem"):
+    for logical_id, props in _of_type(ctx.resources, "AWS::FSx::FileSystem"):
         if props.get("FileSystemType") != "LUSTRE":
             continue
         lustre = props.get("LustreConfiguration", {}) or {}
@@ -306,7 +324,7 @@ def _fsx_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[Co
             CostItem(
                 stack,
                 "file system",
-                _construct_name(None, logical_id),
+                ctx.name(logical_id, props),
                 None,
                 capacity or 0,
                 "GiB FSx for Lustre",
@@ -317,7 +335,8 @@ def _fsx_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[Co
     return items
 
 
-def _network_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[CostItem]:
+def _network_items(ctx: _Stack) -> list[CostItem]:
+    stack, region, resources = ctx.label, ctx.region, ctx.resources
     priced = region in {"us-east-1", "us-west-2"}
     items = []
     nat = sum(1 for _ in _of_type(resources, "AWS::EC2::NatGateway"))
@@ -360,11 +379,11 @@ def _asg_type(props: Mapping[str, Any], resources: Mapping[str, Any]) -> str | N
     return None
 
 
-def _asg_items(stack: str, region: str, resources: Mapping[str, Any]) -> list[CostItem]:
+def _asg_items(ctx: _Stack) -> list[CostItem]:
+    stack, region, resources = ctx.label, ctx.region, ctx.resources
     items = []
     for logical_id, props in _of_type(resources, "AWS::AutoScaling::AutoScalingGroup"):
-        name = props.get("AutoScalingGroupName")
-        name = name if isinstance(name, str) else _construct_name(None, logical_id)
+        name = ctx.name(logical_id, props, "AutoScalingGroupName")
         minimum = _int(props.get("MinSize")) or 0
         instance_type = _asg_type(props, resources)
         price = hourly_price(instance_type, "ec2", region) if instance_type else None
@@ -436,6 +455,15 @@ def _member(config: Mapping[str, Any], name: str, defaults: Mapping[str, Any]) -
     return None
 
 
+def _training_tasks(definition: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """The parameters of every ``createTrainingJob`` task (JSONPath ``Parameters`` or JSONata ``Arguments``)."""
+    for state in _states(definition.get("States", {})):
+        if "sagemaker:createTrainingJob" in str(state.get("Resource", "")):
+            args = state.get("Parameters") or state.get("Arguments") or {}
+            if isinstance(args, Mapping):
+                yield args
+
+
 def _training_choices(definition: Mapping[str, Any]) -> list[tuple[str, int]]:
     states = list(_states(definition.get("States", {})))
     defaults: dict[str, Any] = {}
@@ -444,11 +472,8 @@ def _training_choices(definition: Mapping[str, Any]) -> list[tuple[str, int]]:
             _defaults(state.get("Parameters", {}), defaults)
     preferred: list[tuple[str, int]] = []
     single: list[tuple[str, int]] = []
-    for state in states:
-        if "sagemaker:createTrainingJob" not in str(state.get("Resource", "")):
-            continue
-        args = state.get("Parameters") or state.get("Arguments") or {}
-        config = args.get("ResourceConfig") if isinstance(args, Mapping) else None
+    for args in _training_tasks(definition):
+        config = args.get("ResourceConfig")
         if not isinstance(config, Mapping):
             continue
         count = _int(_member(config, "InstanceCount", defaults)) or 1
@@ -463,19 +488,20 @@ def _training_choices(definition: Mapping[str, Any]) -> list[tuple[str, int]]:
     return list(dict.fromkeys([*preferred, *single]))
 
 
-def _training_setups(stack: str, region: str, resources: Mapping[str, Any]) -> list[TrainingSetup]:
+def _training_setups(ctx: _Stack) -> list[TrainingSetup]:
+    stack, region = ctx.label, ctx.region
     setups = []
-    for logical_id, props in _of_type(resources, "AWS::StepFunctions::StateMachine"):
+    for logical_id, props in _of_type(ctx.resources, "AWS::StepFunctions::StateMachine"):
         definition = _definition(props)
         choices = _training_choices(definition) if definition else []
         if not choices:
             continue
-        name = props.get("StateMachineName")
-        name = name if isinstance(name, str) else _construct_name(None, logical_id)
+        name = ctx.name(logical_id, props, "StateMachineName")
         prices = tuple(
             None if (p := hourly_price(t, "training", region)) is None else round(p * n, 4) for t, n in choices
         )
-        setups.append(TrainingSetup(stack, name, tuple(choices), prices))
+        spot = any(args.get("EnableManagedSpotTraining") is True for args in _training_tasks(definition or {}))
+        setups.append(TrainingSetup(stack, name, tuple(choices), prices, spot))
     return setups
 
 
@@ -492,6 +518,7 @@ def estimate_assembly(cdk_out_dir: str | Path, *, default_region: str = "us-east
     if not (outdir / "manifest.json").is_file():
         raise CostError(f"{outdir} has no cloud assembly ({outdir / 'manifest.json'} not found): run cdk synth first")
     stacks = assembly_stacks(outdir)
+    paths = _resource_paths(outdir)
     if not stacks:
         raise CostError(f"{outdir} has no stack templates")
     items: list[CostItem] = []
@@ -508,9 +535,10 @@ def estimate_assembly(cdk_out_dir: str | Path, *, default_region: str = "us-east
         regions[label] = region
         notes.extend([note] if note else [])
         resources = json.loads(stack.template_path.read_text()).get("Resources", {}) or {}
+        ctx = _Stack(label, region, resources, paths.get(stack.display_path, {}))
         for collect in (_endpoint_items, _notebook_items, _fsx_items, _network_items, _asg_items):
-            items.extend(collect(label, region, resources))
-        training.extend(_training_setups(label, region, resources))
+            items.extend(collect(ctx))
+        training.extend(_training_setups(ctx))
     return CostEstimate(
         cdk_out=str(outdir),
         prices_as_of=PRICES_AS_OF.isoformat(),
@@ -561,7 +589,8 @@ def estimate_lines(estimate: CostEstimate) -> list[str]:
         first = _choice(*setup.choices[0], setup.first_hourly)
         worst = setup.worst_fallback()
         fallback = f"; most expensive fallback {_choice(*worst)}" if worst else ""
-        lines.append(f"  training {setup.stack} {setup.name}: {first}{fallback}")
+        spot = " (managed spot: on-demand price shown, spot costs less)" if setup.spot else ""
+        lines.append(f"  training {setup.stack} {setup.name}: {first}{fallback}{spot}")
     lines.extend(f"  note: {n}" for n in estimate.notes)
     return lines
 

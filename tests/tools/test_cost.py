@@ -357,3 +357,26 @@ def test_a_stage_stack_that_is_an_app_stack_is_counted_once(tmp_path: Path) -> N
     lines = estimate_lines(estimate)
     assert "  Prod/gpu-test-inference: the same stack as gpu-test-inference (counted once)" in lines
     assert "  total: $3,239.74/month always on" in lines
+
+
+def test_managed_spot_training_says_the_price_is_an_upper_bound(tmp_path: Path) -> None:
+    templates = copy.deepcopy(_templates())
+    machine = templates["gpu-test-training"][1]["Resources"]["Pipeline1234ABCD"]["Properties"]
+    parts = machine["DefinitionString"]["Fn::Join"][1]
+    machine["DefinitionString"]["Fn::Join"][1] = [
+        p.replace(
+            '"Resource": "arn:aws:states:::sagemaker:createTrainingJob.sync", "Parameters": {',
+            '"Resource": "arn:aws:states:::sagemaker:createTrainingJob.sync", "Parameters": '
+            '{"EnableManagedSpotTraining": true, ',
+        )
+        if isinstance(p, str)
+        else p
+        for p in parts
+    ]
+    estimate = estimate_assembly(write_assembly(tmp_path / "spot", templates))
+    (setup,) = estimate.training
+    assert setup.spot
+    assert any(
+        line.endswith("$7.09/hour (managed spot: on-demand price shown, spot costs less)")
+        for line in estimate_lines(estimate)
+    )
