@@ -12,7 +12,8 @@ Journeys: the training job as ``gpuctl train`` renders it from the setup's job s
 writes: ``TrainingJobSpec.to_request``), and the reads of an input its user names under each prefix the setup
 declares readable (``training.readable_inputs``: ``gpuctl train --input``, an execution's ``inputs``); each fleet's
 boot script and each notebook's on-start script (the AWS CLI calls of the synthesized user data and lifecycle
-configuration: ``gpu_constructs.authz.instances``); each endpoint (``gpu_constructs.authz.endpoints``); the GitOps
+configuration: ``gpu_constructs.authz.instances``); each endpoint (``gpu_constructs.authz.endpoints``); each
+idle-stop function (its list, metric, stop and publish calls: ``gpu_constructs.authz.idle``); the GitOps
 runner's ``cdk deploy --all`` / ``cdk diff --all`` with the gitops stack's roles (``gpu_constructs.authz.gitops``);
 and every SageMaker task of each state machine with what is known before it runs (the prepare step, the state
 machine's own create-job and pass-role requests).
@@ -32,6 +33,7 @@ from gpu_constructs.authz import Assembly, AuthRequest, check_requests, job_requ
 from gpu_constructs.authz.assembly import state_machine_definition
 from gpu_constructs.authz.endpoints import endpoint_journeys
 from gpu_constructs.authz.gitops import gitops_role_arns, runner_journey, stack_roles
+from gpu_constructs.authz.idle import idle_stop_journeys
 from gpu_constructs.authz.instances import fleet_boot_journeys, notebook_start_journeys
 from gpu_constructs.rules.pack import _assembly_stacks
 from gpu_constructs.rules.sagemaker_job_role_authorized import sagemaker_tasks
@@ -85,6 +87,8 @@ def journeys(assembly: Assembly, outdir: Path | None = None) -> list[Journey]:
         found.append(Journey(f"{what} ({script.name})", script.requests))
     for endpoint in endpoint_journeys(assembly):
         found.append(Journey(f"endpoint {endpoint.name} (SageMaker hosting)", endpoint.requests))
+    for function in idle_stop_journeys(assembly):
+        found.append(Journey(f"idle-stop function ({function.stack.name})", function.requests))
     if outdir is not None:
         roles = gitops_role_arns(assembly)
         for mode, command in (("deploy", "deploy"), ("diff", "diff")):

@@ -8,11 +8,12 @@ Lustre file system when there is one (the storage stack admits the fleet securit
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, StackProps
+from aws_cdk import CfnOutput, Duration, StackProps
 from constructs import Construct
 
 from gpu_constructs.constants import FLEET_SUBNETS
 from gpu_constructs.fleet import GpuFleet, LustreFileSystemLike, LustreMount, allow_notifications
+from gpu_constructs.idle import IdleFleetGroup, IdleStop, NotebookSessionLimit
 from gpu_constructs.keys import new_key
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.notebook.construct import GpuNotebook, NotebookPackage
@@ -75,6 +76,7 @@ class FleetStack(WorkloadStack):
             self.fleets[group.name] = self._fleet(group, lustre)
         for notebook in fleets.notebooks:
             self.notebooks[notebook.name] = self._notebook(notebook, lustre)
+        self.idle_stop = self._idle_stop(fleets)
         CfnOutput(self, "NotificationsTopicArn", value=self.topic.topic_arn)
 
     @staticmethod
@@ -118,6 +120,43 @@ class FleetStack(WorkloadStack):
             return None
         # The storage stack admits the fleet security group to the file system already.
         return LustreMount(lustre, mount_path=self._lustre_mount_path, open_ports=False)
+
+    # -- idle stop --------------------------------------------------------------------------------------
+
+    def _idle_stop(self, fleets: FleetsConfig) -> IdleStop | None:
+        """The idle-stop function of the groups and notebooks whose ``auto_stop`` is on in this environment."""
+        production = self.context.production
+        groups = [
+            IdleFleetGroup(
+                self.fleets[g.name].auto_scaling_group_name,
+                self.fleets[g.name].alarms["IdleGpu"],
+                dry_run=g.auto_stop.dry_run,
+            )
+            for g in fleets.groups
+            if g.auto_stop.active(production)
+        ]
+        notebooks = [
+            NotebookSessionLimit(
+                self.context.resource_name(n.name),
+                max_session=Duration.minutes(n.auto_stop.max_session_minutes),
+                dry_run=n.auto_stop.dry_run,
+            )
+            for n in fleets.notebooks
+            if n.auto_stop.active(production)
+        ]
+        if not groups and not notebooks:
+            return None
+        return IdleStop(
+            self,
+            "IdleStop",
+            topic=self.topic,
+            name=self.context.resource_name("fleets"),
+            fleet_groups=groups,
+            notebooks=notebooks,
+            encryption_key=self.monitoring_key,
+            log_retention=self._log_retention,
+            removal_policy=self.removal,
+        )
 
     # -- notebooks --------------------------------------------------------------------------------------
 

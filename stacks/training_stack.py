@@ -11,13 +11,16 @@ execution role, the job-name prefix and the SSM parameter that holds the whole j
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, StackProps
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import CfnOutput, Duration, StackProps
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from gpu_constructs.constants import TRAINING_SUBNETS
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.file_systems.fsx import GpuLustreFileSystem
+from gpu_constructs.idle import IdleStop, IdleTrainingJobs
 from gpu_constructs.network import GpuNetwork
 from gpu_constructs.storage import PlatformStorage
 from gpu_constructs.training import TrainingImageLike, TrainingPipeline
@@ -93,6 +96,7 @@ class TrainingStack(WorkloadStack):
             **training.pipeline_props(),
         )
         pipeline = self.pipeline
+        self.idle_stop = idle_stop(self, training, prefix, pipeline, context)
         CfnOutput(self, OUTPUT_STATE_MACHINE, value=pipeline.state_machine.state_machine_arn)
         CfnOutput(self, OUTPUT_ROLE, value=pipeline.role.role_arn)
         CfnOutput(self, OUTPUT_PREFIX, value=prefix)
@@ -105,6 +109,37 @@ class TrainingStack(WorkloadStack):
         CfnOutput(self, OUTPUT_DASHBOARD, value=pipeline.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_TOPIC, value=pipeline.topic.topic_arn)
         CfnOutput(self, OUTPUT_LOG_GROUP, value=pipeline.log_group.log_group_name)
+
+
+def progress_metric(metric_definitions: Sequence[Mapping[str, str]]) -> str | None:
+    """The metric that records one data point per logged training step: the first ``train:*`` metric of the job's
+    ``MetricDefinitions`` (the built-in trainer's ``train:loss``), or ``None`` when there is none."""
+    return next((m["Name"] for m in metric_definitions if m["Name"].startswith("train:")), None)
+
+
+def idle_stop(
+    scope: Construct, training: TrainingConfig, prefix: str, pipeline: TrainingPipeline, context: StackContext
+) -> IdleStop | None:
+    """The idle-stop function of the setup's jobs when ``training.auto_stop`` is on for this environment."""
+    auto = training.auto_stop
+    if not auto.active(context.production):
+        return None
+    return IdleStop(
+        scope,
+        "IdleStop",
+        topic=pipeline.topic,
+        name=prefix,
+        training=IdleTrainingJobs(
+            prefix,
+            idle_period=Duration.minutes(auto.idle_minutes),
+            gpu_idle_percent=auto.gpu_idle_percent,
+            progress_metric=progress_metric(pipeline.spec.metric_definitions),
+            dry_run=auto.dry_run,
+        ),
+        encryption_key=pipeline.encryption_key,
+        log_retention=context.log_retention,
+        removal_policy=context.removal_policy,
+    )
 
 
 def check_hyperparameters(training: TrainingConfig) -> None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 _NAME = r"^[a-z][a-z0-9-]{0,30}$"
 _NAME_ALLOWED = "must match [a-z][a-z0-9-]{{0,30}} (part of the {})"
+from stacks.config.auto_stop import FleetAutoStopConfig, NotebookAutoStopConfig
 #: A fleet name: the auto scaling group is ``<resource_prefix>-<name>``.
 FleetName = Annotated[str, Field(pattern=_NAME), Allowed(message=_NAME_ALLOWED.format("auto scaling group name"))]
 #: A notebook name: the notebook instance is ``<resource_prefix>-<name>``.
@@ -173,6 +174,9 @@ class FleetGroupConfig(StrictModel):
         return {
             "instance_type": self.instance_type,
             "image": self.dlami_image(),
+    auto_stop: FleetAutoStopConfig = Field(
+        default_factory=lambda: FleetAutoStopConfig(), description="Scale the group to 0 when its idle alarm fires"
+    )
             "capacity": self.capacity(),
             "spot": self.spot.options() if self.spot is not None else None,
             "efa": self.efa,
@@ -275,3 +279,6 @@ class FleetsConfig(StrictModel):
     @property
     def enabled(self) -> bool:
         return bool(self.groups or self.notebooks)
+    auto_stop: NotebookAutoStopConfig = Field(
+        default_factory=lambda: NotebookAutoStopConfig(), description="Stop the notebook after a session limit"
+    )

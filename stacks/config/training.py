@@ -38,6 +38,7 @@ from gpu_constructs.training_spec import (
 from gpu_constructs.training_spec.preferences import TRAINING_PLAN_ALLOWED, TRAINING_PLAN_ARN_RE
 from gpu_constructs.training_spec.rules import channel_name_problem
 from stacks.config._base import Allowed, Check, EmailList, StrictModel
+from stacks.config.auto_stop import TrainingAutoStopConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -408,6 +409,10 @@ class TrainingConfig(StrictModel):
     )
     prepare: TrainingPrepareConfig = Field(default_factory=lambda: TrainingPrepareConfig())
     alarms: TrainingAlarmsConfig = Field(default_factory=lambda: TrainingAlarmsConfig())
+    auto_stop: TrainingAutoStopConfig = Field(
+        default_factory=lambda: TrainingAutoStopConfig(),
+        description="Stop a job whose GPUs sit idle or whose step counter does not advance",
+    )
 
     @field_validator("instance_preferences", mode="before")
     @classmethod

@@ -89,7 +89,8 @@ class IdleStop(Construct):
     :param training: the training jobs to watch (default: none).
     :param fleet_groups: the fleet groups to scale to 0 on their idle alarm (default: none).
     :param notebooks: the notebook instances with a session limit (default: none).
-    :param dry_run: publish what would be stopped and stop nothing (default: False).
+    :param dry_run: publish what would be stopped and stop nothing, for everything (default: False; each value
+        type has its own ``dry_run`` too).
     :param encryption_key: KMS key of the log group and the function's environment (default: a new key).
     :param log_retention: of the function's log group (default: one month).
     :param removal_policy: of the log group and a new key (default: RETAIN).
@@ -182,6 +183,11 @@ class IdleStop(Construct):
             settings["notebooks"] = {n.notebook_name: int(n.max_session.to_minutes()) for n in self.notebooks}
         if self.fleet_groups:
             settings["fleet_groups"] = [g.group_name for g in self.fleet_groups]
+        dry = [self.training.job_name_prefix] if self.training is not None and self.training.dry_run else []
+        dry += [n.notebook_name for n in self.notebooks if n.dry_run]
+        dry += [g.group_name for g in self.fleet_groups if g.dry_run]
+        if dry:
+            settings["dry_run_names"] = dry
         return settings
 
     def _grant(self, stack: Stack) -> None:

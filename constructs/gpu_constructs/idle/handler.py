@@ -45,8 +45,9 @@ https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-ev
 of the group" (botocore autoscaling model, ``UpdateAutoScalingGroupType.DesiredCapacity``): a group with a minimum
 above 0 is emptied too. Only the groups named in the settings are touched.
 
-Every action (and every failed action) is published to the topic; with ``dry_run`` the function publishes what it
-would stop and stops nothing. A failed publish is logged and does not undo or repeat the action.
+Every action (and every failed action) is published to the topic; with ``dry_run`` (all) or ``dry_run_names`` (the
+jobs of a prefix, a notebook, a group named there) the function publishes what it would stop and stops nothing. A
+failed publish is logged and does not undo or repeat the action.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ class Settings:
 
     topic_arn: str
     dry_run: bool = False
+    #: Job-name prefixes, notebook and group names whose actions are only published (a dry run for those).
+    dry_run_names: Sequence[str] = ()
     training: TrainingSettings | None = None
     #: Notebook instance name -> minutes in service after which it is stopped.
     notebooks: Mapping[str, int] = field(default_factory=dict)
@@ -110,10 +113,15 @@ class Settings:
         return cls(
             topic_arn=raw["topic_arn"],
             dry_run=bool(raw.get("dry_run", False)),
+            dry_run_names=tuple(raw.get("dry_run_names", ())),
             training=TrainingSettings(**training) if training else None,
             notebooks=dict(raw.get("notebooks", {})),
             fleet_groups=tuple(raw.get("fleet_groups", ())),
         )
+
+    def is_dry(self, name: str) -> bool:
+        """Whether the action on ``name`` (a job-name prefix, a notebook or a group) is only published."""
+        return self.dry_run or name in self.dry_run_names
 
 
 @dataclass(frozen=True)
@@ -125,13 +133,14 @@ class Action:
     reason: str
     done: bool = True
     error: str = ""
+    dry_run: bool = False
 
-    def message(self, dry_run: bool) -> str:
+    def message(self) -> str:
         if self.error:
             return f"Idle stop FAILED for {self.kind} {self.name}: {self.error}. Reason it was due: {self.reason}"
-        verb = "would stop" if dry_run else "stopped"
+        verb = "would stop" if self.dry_run else "stopped"
         if self.kind == "fleet group":
-            verb = "would scale to 0" if dry_run else "scaled to 0"
+            verb = "would scale to 0" if self.dry_run else "scaled to 0"
         return f"Idle stop {verb} {self.kind} {self.name}: {self.reason}"
 
 
@@ -238,7 +247,7 @@ def _training_jobs(sagemaker: Any, prefix: str) -> list[str]:
 
 
 def sweep_training(clients: Clients, settings: TrainingSettings, dry_run: bool, now: datetime) -> list[Action]:
-    """Stop the idle training jobs of ``settings.job_name_prefix``."""
+    """Stop the idle training jobs of ``settings.job_name_prefix`` (``dry_run``: publish only)."""
     sagemaker, cloudwatch = clients["sagemaker"], clients["cloudwatch"]
     actions: list[Action] = []
     for name in _training_jobs(sagemaker, settings.job_name_prefix):
@@ -261,7 +270,9 @@ def sweep_training(clients: Clients, settings: TrainingSettings, dry_run: bool, 
 # -- notebooks -------------------------------------------------------------------------------------------
 
 
-def sweep_notebooks(clients: Clients, limits: Mapping[str, int], dry_run: bool, now: datetime) -> list[Action]:
+def sweep_notebooks(
+    clients: Clients, limits: Mapping[str, int], is_dry: Callable[[str], bool], now: datetime
+) -> list[Action]:
     """Stop the notebook instances of ``limits`` that have been in service longer than their limit."""
     sagemaker = clients["sagemaker"]
     actions: list[Action] = []
@@ -283,7 +294,7 @@ def sweep_notebooks(clients: Clients, limits: Mapping[str, int], dry_run: bool, 
                     "notebook instance",
                     name,
                     reason,
-                    dry_run,
+                    is_dry(name),
                     partial(sagemaker.stop_notebook_instance, NotebookInstanceName=name),
                 )
             )
@@ -305,7 +316,9 @@ def alarm_group(event: Mapping[str, Any]) -> str | None:
     return None
 
 
-def scale_in_fleet(clients: Clients, event: Mapping[str, Any], groups: Sequence[str], dry_run: bool) -> list[Action]:
+def scale_in_fleet(
+    clients: Clients, event: Mapping[str, Any], groups: Sequence[str], is_dry: Callable[[str], bool]
+) -> list[Action]:
     """Scale the group of an idle alarm's event to 0 (only a group of ``groups``)."""
     group = alarm_group(event)
     if group is None:
@@ -327,7 +340,7 @@ def scale_in_fleet(clients: Clients, event: Mapping[str, Any], groups: Sequence[
             "fleet group",
             group,
             reason,
-            dry_run,
+            is_dry(group),
             lambda: autoscaling.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0),
         )
     ]
@@ -338,7 +351,7 @@ def scale_in_fleet(clients: Clients, event: Mapping[str, Any], groups: Sequence[
 
 def _act(kind: str, name: str, reason: str, dry_run: bool, stop: Callable[[], Any]) -> Action:
     if dry_run:
-        return Action(kind, name, reason, done=False)
+        return Action(kind, name, reason, done=False, dry_run=True)
     try:
         stop()
     except (ClientError, BotoCoreError) as exc:
@@ -347,11 +360,11 @@ def _act(kind: str, name: str, reason: str, dry_run: bool, stop: Callable[[], An
     return Action(kind, name, reason)
 
 
-def publish(sns: Any, topic_arn: str, actions: Sequence[Action], dry_run: bool) -> int:
+def publish(sns: Any, topic_arn: str, actions: Sequence[Action]) -> int:
     """Publish one message per action; a failed publish is logged (the action stands). Returns how many failed."""
     failed = 0
     for action in actions:
-        text = action.message(dry_run)
+        text = action.message()
         LOG.info("%s", text)
         try:
             sns.publish(TopicArn=topic_arn, Subject=f"GPU idle stop: {action.kind}"[:100], Message=text)
@@ -367,19 +380,21 @@ def run(event: Mapping[str, Any], settings: Settings, clients: Clients, now: dat
     kind = event.get("detail-type")
     actions: list[Action] = []
     if kind == ALARM_EVENT:
-        actions = scale_in_fleet(clients, event, settings.fleet_groups, settings.dry_run)
+        actions = scale_in_fleet(clients, event, settings.fleet_groups, settings.is_dry)
     elif kind == SCHEDULED_EVENT:
         if settings.training is not None:
-            actions += sweep_training(clients, settings.training, settings.dry_run, now)
+            prefix = settings.training.job_name_prefix
+            actions += sweep_training(clients, settings.training, settings.is_dry(prefix), now)
         if settings.notebooks:
-            actions += sweep_notebooks(clients, settings.notebooks, settings.dry_run, now)
+            actions += sweep_notebooks(clients, settings.notebooks, settings.is_dry, now)
     else:
         LOG.warning("ignored an event of type %r", kind)
-    failed = publish(clients["sns"], settings.topic_arn, actions, settings.dry_run)
+    failed = publish(clients["sns"], settings.topic_arn, actions)
     return {
         "dry_run": settings.dry_run,
         "actions": [
-            {"kind": a.kind, "name": a.name, "reason": a.reason, "done": a.done, "error": a.error} for a in actions
+            {"kind": a.kind, "name": a.name, "reason": a.reason, "done": a.done, "dry_run": a.dry_run, "error": a.error}
+            for a in actions
         ],
         "publish_failures": failed,
     }

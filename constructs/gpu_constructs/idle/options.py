@@ -76,12 +76,14 @@ class IdleTrainingJobs:
         0 < x <= 100 (default: 5).
     :param progress_metric: a metric of the jobs' ``MetricDefinitions`` that records a data point per logged step
         (e.g. ``train:loss``); no data point for ``idle_period`` stops the job (default: none, GPUs only).
+    :param dry_run: publish what would be stopped and stop nothing (default: False).
     """
 
     job_name_prefix: str
     idle_period: Duration = Duration.hours(1)
     gpu_idle_percent: float = 5
     progress_metric: str | None = None
+    dry_run: bool = False
 
     def validate(self, where: str) -> None:
         """Raise a ``ValidationError`` at ``where`` naming the setting that is not allowed."""
@@ -103,10 +105,11 @@ class IdleTrainingJobs:
 class IdleFleetGroup:
     """An Auto Scaling group that is scaled to 0 when ``idle_alarm`` (whose metric has the dimension
     ``AutoScalingGroupName`` = ``group_name``, as :class:`~gpu_constructs.fleet.GpuFleet`'s ``IdleGpu`` alarm)
-    goes to ``ALARM``."""
+    goes to ``ALARM``; ``dry_run``: publish what would be done and change nothing (default: False)."""
 
     group_name: str
     idle_alarm: cloudwatch.IAlarm
+    dry_run: bool = False
 
     def validate(self, where: str) -> None:
         name = self.group_name
@@ -116,10 +119,12 @@ class IdleFleetGroup:
 
 @dataclass(frozen=True)
 class NotebookSessionLimit:
-    """A notebook instance stopped ``max_session`` after it started: 1 hour to 7 days (default: 8 hours)."""
+    """A notebook instance stopped ``max_session`` after it started: 1 hour to 7 days (default: 8 hours);
+    ``dry_run``: publish what would be stopped and stop nothing (default: False)."""
 
     notebook_name: str
     max_session: Duration = Duration.hours(8)
+    dry_run: bool = False
 
     def validate(self, where: str) -> None:
         name = self.notebook_name

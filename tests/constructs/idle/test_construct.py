@@ -48,7 +48,7 @@ def _everything(stack: cdk.Stack, topic: sns.ITopic, **kwargs: Any) -> IdleStop:
         name="gpu-dev",
         training=IdleTrainingJobs("gpu-dev-Train", idle_period=Duration.minutes(30), progress_metric="train:loss"),
         fleet_groups=[IdleFleetGroup("gpu-dev-a100", _alarm(stack, topic, "gpu-dev-a100"))],
-        notebooks=[NotebookSessionLimit("gpu-dev-Explore", max_session=Duration.hours(8))],
+        notebooks=[NotebookSessionLimit("gpu-dev-Explore", max_session=Duration.hours(8), dry_run=True)],
         **kwargs,
     )
 
@@ -94,6 +94,7 @@ def test_function_runs_the_handler_file_alone_with_its_settings(
         "job_name_prefix": "gpu-dev-Train", "idle_minutes": 30, "gpu_idle_percent": 5, "progress_metric": "train:loss"
     }  # fmt: skip
     assert settings["notebooks"] == {"gpu-dev-Explore": 480} and settings["fleet_groups"] == ["gpu-dev-a100"]
+    assert settings["dry_run_names"] == ["gpu-dev-Explore"] and settings["dry_run"] is False
     assert SETTINGS_VARIABLE in props["Environment"]["Variables"]
     asset = props["Code"]["S3Key"]
     staged = next(p for p in outdir.iterdir() if p.name.startswith("asset.") and asset.startswith(p.name[6:]))

@@ -199,9 +199,12 @@ def test_dry_run_publishes_and_stops_nothing(stubs: Stubs) -> None:
     stubs.metrics({"gpu1": [0.0] * 12, "gpu2": [0.0] * 12, **BUSY_PROGRESS}, expected_ids=IDS)
     stubs.published()
     result = handler.run(recorded("scheduled"), training_settings(dry_run=True), stubs.clients, now=NOW)
-    assert result["dry_run"] and result["actions"][0]["done"] is False
-    action = handler.Action("training job", JOB, "idle")
-    assert action.message(True).startswith(f"Idle stop would stop training job {JOB}")
+    assert result["dry_run"] and result["actions"][0]["done"] is False and result["actions"][0]["dry_run"]
+    assert (
+        handler.Action("training job", JOB, "idle", done=False, dry_run=True)
+        .message()
+        .startswith(f"Idle stop would stop training job {JOB}")
+    )
 
 
 def test_failed_stop_is_published_as_a_failure(stubs: Stubs) -> None:
@@ -215,7 +218,7 @@ def test_failed_stop_is_published_as_a_failure(stubs: Stubs) -> None:
     action = handler.run(recorded("scheduled"), training_settings(), stubs.clients, now=NOW)["actions"][0]
     assert action["done"] is False and "not in progress" in action["error"]
     failed = handler.Action("training job", JOB, "idle", done=False, error="denied")
-    assert failed.message(False).startswith(f"Idle stop FAILED for training job {JOB}: denied")
+    assert failed.message().startswith(f"Idle stop FAILED for training job {JOB}: denied")
 
 
 def test_publish_failure_is_counted_and_the_stop_stands(stubs: Stubs) -> None:
@@ -278,7 +281,7 @@ def test_fleet_group_of_an_idle_alarm_scales_to_zero(stubs: Stubs) -> None:
     (action,) = handler.run(recorded("fleet_idle_alarm"), settings, stubs.clients)["actions"]
     assert action["kind"] == "fleet group" and action["name"] == "gpu-dev-a100"
     assert "gpu-dev-fleets-A100IdleGpuAlarm-1X2Y3Z is in ALARM: Threshold Crossed" in action["reason"]
-    assert handler.Action("fleet group", "g", "r").message(False) == "Idle stop scaled to 0 fleet group g: r"
+    assert handler.Action("fleet group", "g", "r").message() == "Idle stop scaled to 0 fleet group g: r"
 
 
 def test_alarm_back_to_ok_does_nothing(stubs: Stubs) -> None:
@@ -326,3 +329,29 @@ def test_a_job_with_more_hosts_than_one_request_holds_is_read_in_several(stubs: 
     stubs.published()
     result = handler.run(recorded("scheduled"), training_settings(), stubs.clients, now=NOW)
     assert "its 600 host(s) stayed under 5%" in result["actions"][0]["reason"]
+
+
+def test_dry_run_of_one_notebook_stops_the_others(stubs: Stubs) -> None:
+    stubs.stubbers["sagemaker"].add_response(
+        "list_notebook_instances",
+        {
+            "NotebookInstances": [
+                notebook("gpu-dev-a", NOW - timedelta(hours=9)),
+                notebook("gpu-dev-b", NOW - timedelta(hours=9)),
+            ]
+        },
+        {"StatusEquals": "InService"},
+    )
+    stubs.stubbers["sagemaker"].add_response("stop_notebook_instance", {}, {"NotebookInstanceName": "gpu-dev-b"})
+    stubs.published(2)
+    settings = Settings(topic_arn=TOPIC, notebooks={"gpu-dev-a": 480, "gpu-dev-b": 480}, dry_run_names=("gpu-dev-a",))
+    first, second = handler.run(recorded("scheduled"), settings, stubs.clients, now=NOW)["actions"]
+    assert (first["name"], first["dry_run"], first["done"]) == ("gpu-dev-a", True, False)
+    assert (second["name"], second["dry_run"], second["done"]) == ("gpu-dev-b", False, True)
+
+
+def test_dry_run_of_a_fleet_group(stubs: Stubs) -> None:
+    stubs.published()
+    settings = Settings(topic_arn=TOPIC, fleet_groups=("gpu-dev-a100",), dry_run_names=("gpu-dev-a100",))
+    (action,) = handler.run(recorded("fleet_idle_alarm"), settings, stubs.clients)["actions"]
+    assert action["dry_run"] and not action["done"]
