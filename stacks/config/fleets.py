@@ -28,6 +28,7 @@ from gpu_constructs.fleet.options import (
 )
 from gpu_constructs.notebook.options import check_package_key, check_volume_size
 from stacks.config._base import Allowed, EmailList, Retention, S3KeyPrefix, StrictModel, duplicates
+from stacks.config.auto_stop import FleetAutoStopConfig, NotebookAutoStopConfig
 
 if TYPE_CHECKING:
     from gpu_constructs.dlami import DlamiImage
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 _NAME = r"^[a-z][a-z0-9-]{0,30}$"
 _NAME_ALLOWED = "must match [a-z][a-z0-9-]{{0,30}} (part of the {})"
-from stacks.config.auto_stop import FleetAutoStopConfig, NotebookAutoStopConfig
 #: A fleet name: the auto scaling group is ``<resource_prefix>-<name>``.
 FleetName = Annotated[str, Field(pattern=_NAME), Allowed(message=_NAME_ALLOWED.format("auto scaling group name"))]
 #: A notebook name: the notebook instance is ``<resource_prefix>-<name>``.
@@ -122,6 +122,9 @@ class FleetGroupConfig(StrictModel):
     idle_gpu_percent: float = Field(5, description="Idle alarm: average GPU utilization of the group below this")
     idle_minutes: int = Field(60, description="... for this long (a multiple of 5, up to 1440)")
     max_gpu_temperature_c: float = Field(85, description="Temperature alarm threshold, degrees Celsius")
+    auto_stop: FleetAutoStopConfig = Field(
+        default_factory=lambda: FleetAutoStopConfig(), description="Scale the group to 0 when its idle alarm fires"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -174,9 +177,6 @@ class FleetGroupConfig(StrictModel):
         return {
             "instance_type": self.instance_type,
             "image": self.dlami_image(),
-    auto_stop: FleetAutoStopConfig = Field(
-        default_factory=lambda: FleetAutoStopConfig(), description="Scale the group to 0 when its idle alarm fires"
-    )
             "capacity": self.capacity(),
             "spot": self.spot.options() if self.spot is not None else None,
             "efa": self.efa,
@@ -230,6 +230,9 @@ class NotebookConfig(StrictModel):
     mount_lustre: bool = Field(False, description="Mount the FSx for Lustre file system at start")
     datasets_prefix: S3KeyPrefix = Field("", description="Datasets-bucket prefix the notebook may read ('' = all)")
     artifacts_prefix: S3KeyPrefix = Field("notebooks/", description="Artifacts-bucket prefix the notebook may write")
+    auto_stop: NotebookAutoStopConfig = Field(
+        default_factory=lambda: NotebookAutoStopConfig(), description="Stop the notebook after a session limit"
+    )
 
     @model_validator(mode="after")
     def _instance(self) -> NotebookConfig:
@@ -279,6 +282,3 @@ class FleetsConfig(StrictModel):
     @property
     def enabled(self) -> bool:
         return bool(self.groups or self.notebooks)
-    auto_stop: NotebookAutoStopConfig = Field(
-        default_factory=lambda: NotebookAutoStopConfig(), description="Stop the notebook after a session limit"
-    )
