@@ -95,6 +95,10 @@ _EXPORTS: dict[str, str] = {
     "TORCHSERVE_BATCHING_ENV": "gpu_constructs.endpoint",
     "monitoring_key": "gpu_constructs.endpoint",
     "CostBudget": "gpu_constructs.budgets.construct",
+    "IdleStop": "gpu_constructs.idle",
+    "IdleTrainingJobs": "gpu_constructs.idle",
+    "IdleFleetGroup": "gpu_constructs.idle",
+    "NotebookSessionLimit": "gpu_constructs.idle",
     "Publisher": "gpu_constructs.topics",
     "admit_publishers": "gpu_constructs.topics",
     "alarm_action": "gpu_constructs.topics",
@@ -151,6 +155,7 @@ if TYPE_CHECKING:
         LustreFileSystemLike,
         LustreMount,
     )
+    from gpu_constructs.idle import IdleFleetGroup, IdleStop, IdleTrainingJobs, NotebookSessionLimit
     from gpu_constructs.images import GpuImage, ImageLike, SecureRepository
     from gpu_constructs.network import GpuNetwork, NetworkReachability
     from gpu_constructs.notebook.construct import GpuNotebook, NotebookPackage
