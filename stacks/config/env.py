@@ -192,6 +192,13 @@ class EnvConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _fleet_capacity(self) -> EnvConfig:
+        lustre = self.file_systems.lustre
+        lustre_zone = (lustre.availability_zone or self.availability_zones[0]) if lustre.enabled else None
+        self.fleets.check_environment(self.region, self.availability_zones, lustre_zone)
+        return self
+
+    @model_validator(mode="after")
     def _training_image_drives_the_gpu(self) -> EnvConfig:
         if self.training.enabled:
             check_training_image_cuda(self.images.training, self.training)

@@ -9,12 +9,19 @@ the stack asks for construct props, so loading a config loads no CDK runtime.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from gpu_constructs.deprecation import renamed_keywords
 from gpu_constructs.errors import fail
+from gpu_constructs.fleet.capacity import (
+    FleetCapacityReservation,
+    FleetFallback,
+    ReservationPreference,
+    resolve_instance_types,
+)
 from gpu_constructs.fleet.options import (
     IDLE_GPU_PERIOD_ALLOWED,
     FleetAlarms,
@@ -97,6 +104,37 @@ class FleetSpotConfig(StrictModel):
         return FleetSpotOptions(**self.model_dump())  # the same keys
 
 
+class CapacityReservationConfig(StrictModel):
+    """An EC2 On-Demand Capacity Reservation (or a resource group of them) or a Capacity Block the group launches
+    into. Synth is offline, so the reservation's zone and type are declared here and checked against the group's."""
+
+    id: str | None = Field(None, description="Capacity Reservation id, cr- and 17 hex digits (or resource_group_arn)")
+    resource_group_arn: str | None = Field(
+        None, description="ARN of a resource group of Capacity Reservations (targeted only; or id)"
+    )
+    capacity_block: bool = Field(
+        False, description="The reservation is a Capacity Block for ML (market capacity-block)"
+    )
+    availability_zone: str = Field(description="The reservation's AZ; the group launches only there")
+    instance_type: str = Field(description="The reservation's instance type: the group's instance_type")
+    instance_count: int | None = Field(None, description="Instances reserved (checked against the group's capacity)")
+    preference: ReservationPreference = Field(
+        "targeted", description="targeted: launch only into it; open: any open matching reservation, else on demand"
+    )
+
+    def reservation(self) -> FleetCapacityReservation:
+        """The library's value type (checked with the group in :class:`FleetGroupConfig`)."""
+        return FleetCapacityReservation(
+            availability_zone=self.availability_zone,
+            instance_type=self.instance_type,
+            reservation_id=self.id,
+            resource_group_arn=self.resource_group_arn,
+            capacity_block=self.capacity_block,
+            instance_count=self.instance_count,
+            preference=self.preference,
+        )
+
+
 #: Keys of ``fleets.groups[]`` renamed with the library's ``FleetAlarms`` (old -> new): still read, with a warning.
 RENAMED_GROUP_KEYS = {"idle_gpu_pct": "idle_gpu_percent"}
 
@@ -105,7 +143,21 @@ class FleetGroupConfig(StrictModel):
     """One EC2 GPU fleet (auto scaling group <resource_prefix>-<name>) on a Deep Learning AMI."""
 
     name: FleetName = Field(description="Fleet name, [a-z][a-z0-9-]{0,30}; the group is <resource_prefix>-<name>")
-    instance_type: str = Field(description="EC2 NVIDIA GPU type from the catalog, no 'ml.' prefix (e.g. g5.xlarge)")
+    instance_type: str = Field(
+        description="EC2 NVIDIA GPU type from the catalog, no 'ml.' prefix (e.g. g5.xlarge); with instance_types: "
+        "its first entry (may be left out)"
+    )
+    instance_types: tuple[str, ...] | None = Field(
+        None,
+        description="Ordered on-demand fallback list, first = instance_type (launched in order: prioritized); each "
+        "checked against the first (GPU memory, GPUs per host, image CUDA/CPU architecture, EFA); null: one type",
+    )
+    max_cost_ratio: float | None = Field(
+        None, description="With instance_types: refuse a fallback priced above this x the first (null: no ceiling)"
+    )
+    capacity_reservation: CapacityReservationConfig | None = Field(
+        None, description="On-Demand Capacity Reservation or Capacity Block to launch into (null: none)"
+    )
     min_capacity: int = Field(0, description="Minimum instances (0: no idle GPU cost)")
     max_capacity: int = Field(1, description="Maximum instances (1 or more)")
     desired_capacity: int | None = Field(None, description="Initial instances (null: min_capacity)")
@@ -132,7 +184,11 @@ class FleetGroupConfig(StrictModel):
         """A file with ``idle_gpu_pct`` keeps loading; the key warns with its new name (``FleetAlarms``'s)."""
         if not isinstance(data, dict):
             return data
-        return renamed_keywords("fleets.groups[]", data, RENAMED_GROUP_KEYS)
+        data = renamed_keywords("fleets.groups[]", data, RENAMED_GROUP_KEYS)
+        types = data.get("instance_types")
+        if "instance_type" not in data and isinstance(types, list | tuple) and types and isinstance(types[0], str):
+            data = {**data, "instance_type": types[0]}  # the first choice is the group's type
+        return data
 
     @field_validator("instance_type")
     @classmethod
@@ -147,6 +203,12 @@ class FleetGroupConfig(StrictModel):
         from gpu_constructs.catalog import lookup
 
         return self.image.image(lookup(self.instance_type).cpu_arch)
+
+    def fallback(self, *, with_cost_ceiling: bool = True) -> FleetFallback | None:
+        """The library's fallback list (None without ``instance_types``)."""
+        if self.instance_types is None:
+            return None
+        return FleetFallback(self.instance_types, self.max_cost_ratio if with_cost_ceiling else None)
 
     def capacity(self) -> FleetCapacity:
         return FleetCapacity(self.min_capacity, self.max_capacity, self.desired_capacity)
@@ -179,6 +241,10 @@ class FleetGroupConfig(StrictModel):
             "image": self.dlami_image(),
             "capacity": self.capacity(),
             "spot": self.spot.options() if self.spot is not None else None,
+            "fallback": self.fallback(),
+            "capacity_reservation": (
+                self.capacity_reservation.reservation() if self.capacity_reservation is not None else None
+            ),
             "efa": self.efa,
             "placement_group": self.placement_group,
             "availability_zone": self.availability_zone,
@@ -193,9 +259,23 @@ class FleetGroupConfig(StrictModel):
         self.capacity().validate(where)
         image = self.dlami_image()
         instance = image.check_instance_type(self.instance_type, where=where)
-        spot_types = self.spot.options().further_types(where, instance, image) if self.spot else ()
+        spot = self.spot.options() if self.spot else None
+        # The cost ceiling needs the region: EnvConfig checks it (check_environment).
+        types = resolve_instance_types(where, instance, image, self.fallback(with_cost_ceiling=False), spot, None)
+        if self.max_cost_ratio is not None and self.instance_types is None:
+            raise fail(where, "max_cost_ratio", self.max_cost_ratio, "null without instance_types (a fallback list)")
         if self.efa:
-            check_efa(where, instance, spot_types)
+            param = "instance_types[]" if self.instance_types is not None else "spot.instance_types[]"
+            check_efa(where, instance, types[1:], param=param)
+        if self.capacity_reservation is not None:
+            self.capacity_reservation.reservation().validate(
+                where,
+                instance=instance,
+                instance_types=types,
+                spot=spot is not None,
+                capacity=self.capacity(),
+                placement_zone=self.availability_zone if self.placement_group else None,
+            )
         check_volume_gib(
             where, self.root_volume_gib, self.data_volume_gib, names=("root_volume_gib", "data_volume_gib")
         )
@@ -282,3 +362,32 @@ class FleetsConfig(StrictModel):
     @property
     def enabled(self) -> bool:
         return bool(self.groups or self.notebooks)
+
+    def check_environment(self, region: str, zones: Sequence[str], lustre_zone: str | None) -> None:
+        """The rules of each group that need the rest of the environment: the cost ceiling of a fallback list (priced
+        in ``region``), and a reservation's zone (one of ``zones``, and the FSx for Lustre file system's zone
+        ``lustre_zone`` when the group mounts it)."""
+        for group in self.groups:
+            where = f"fleets.groups[{group.name}]"
+            fallback = group.fallback()
+            if fallback is not None and fallback.max_cost_ratio is not None:
+                image = group.dlami_image()
+                instance = image.check_instance_type(group.instance_type, where=where)
+                fallback.resolve(where, instance=instance, image=image, region=region)
+            reservation = group.capacity_reservation
+            if reservation is None:
+                continue
+            zone = reservation.availability_zone
+            if zone not in zones:
+                raise fail(
+                    where, "capacity_reservation.availability_zone", zone, f"a configured AZ: {', '.join(zones)}"
+                )
+            if group.mount_lustre and lustre_zone is not None and zone != lustre_zone:
+                raise fail(
+                    where,
+                    "capacity_reservation.availability_zone",
+                    zone,
+                    f"the FSx for Lustre file system's zone {lustre_zone} (file_systems.lustre.availability_zone): "
+                    "the group launches only in the reservation's zone and would mount the file system across zones; "
+                    "reserve capacity there, move the file system, or set mount_lustre: false",
+                )
