@@ -187,7 +187,12 @@ def test_dev_one_g5_real_time_variant_with_data_capture(synth: Callable[[str], A
     template = synth("dev").template("inference")
     (config,) = _resources(template, "AWS::SageMaker::EndpointConfig")
     (variant,) = config["ProductionVariants"]
-    assert variant["InstanceType"].startswith("ml.g5.") and variant["InitialInstanceCount"] == 1
+    # instance pools (config: instance_pools) replace the InstanceType: ml.g5.xlarge first, then ml.g6.xlarge
+    assert "InstanceType" not in variant and variant["InitialInstanceCount"] == 1
+    assert variant["InstancePools"] == [
+        {"InstanceType": "ml.g5.xlarge", "Priority": 1},
+        {"InstanceType": "ml.g6.xlarge", "Priority": 2},
+    ]
     assert "AsyncInferenceConfig" not in config
     assert config["DataCaptureConfig"]["EnableCapture"] is True
     (endpoint,) = _resources(template, "AWS::SageMaker::Endpoint")
@@ -204,6 +209,13 @@ def test_prod_canary_rollback_gpu_autoscaling_and_async(synth: Callable[[str], A
     assert len(realtime["AutoRollbackConfiguration"]["Alarms"]) == 3
     configs = {"AsyncInferenceConfig" in c: c for c in _resources(template, "AWS::SageMaker::EndpointConfig")}
     assert configs[False]["ProductionVariants"][0]["InitialInstanceCount"] == 2
+    pools = configs[False]["ProductionVariants"][0]["InstancePools"]
+    assert [(p["InstanceType"], p["Priority"]) for p in pools] == [
+        ("ml.g5.2xlarge", 1),
+        ("ml.g6.2xlarge", 2),
+        ("ml.g6e.2xlarge", 3),
+    ]
+    assert configs[True]["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"  # no pools: one type
     assert configs[True]["AsyncInferenceConfig"]["OutputConfig"]["NotificationConfig"]
     # the image built at deploy time is read from the images stack's SSM parameter, not imported
     for model in _resources(template, "AWS::SageMaker::Model"):
