@@ -229,9 +229,13 @@ def _fleet_zones(config: Any, group: Any) -> tuple[str, ...]:
     A placement-group fleet uses ``availability_zone`` (default: the first AZ); a fleet that mounts the FSx for
     Lustre file system launches only in the file system's AZ (``LustreMount.same_zone``, default True; the
     storage stack puts the file system in ``file_systems.lustre.availability_zone``, default the first AZ);
-    any other fleet uses every configured AZ.
+    any other fleet uses every configured AZ. A fleet with a ``capacity_reservation`` launches only in the
+    reservation's zone (which the config model checks against the others).
     """
     zones = tuple(config.availability_zones)
+    reservation = getattr(group, "capacity_reservation", None)
+    if reservation is not None:
+        return (reservation.availability_zone,)
     if group.placement_group:
         return (group.availability_zone or zones[0],)
     lustre = config.file_systems.lustre

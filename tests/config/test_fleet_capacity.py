@@ -182,3 +182,10 @@ def test_a_reservation_in_another_zone_than_the_lustre_file_system_is_refused() 
     with pytest.raises(ConfigError, match=r"allowed: the FSx for Lustre file system's zone us-east-1a"):
         _config([group], file_systems=lustre)
     _config([{**group, "mount_lustre": False}], file_systems=lustre)
+
+
+def test_preflight_checks_the_offering_in_the_reservation_zone() -> None:
+    from gpuctl.commands.preflight import compute_needs
+
+    needs = compute_needs(_config([{**G5, "capacity_reservation": _reservation()}]))
+    assert {(o.instance_type, o.zone) for o in needs.offerings} == {("g5.xlarge", "us-east-1b")}
