@@ -379,6 +379,14 @@ def _asg_type(props: Mapping[str, Any], resources: Mapping[str, Any]) -> str | N
     return None
 
 
+def _uses_spot(props: Mapping[str, Any]) -> bool:
+    """A mixed instances policy that puts part of the group on spot (the on-demand share above base under 100 %;
+    CloudFormation's default is 100, all on demand)."""
+    distribution = (props.get("MixedInstancesPolicy", {}) or {}).get("InstancesDistribution", {}) or {}
+    share = _int(distribution.get("OnDemandPercentageAboveBaseCapacity"))
+    return share is not None and share < 100
+
+
 def _asg_items(ctx: _Stack) -> list[CostItem]:
     stack, region, resources = ctx.label, ctx.region, ctx.resources
     items = []
@@ -387,7 +395,7 @@ def _asg_items(ctx: _Stack) -> list[CostItem]:
         minimum = _int(props.get("MinSize")) or 0
         instance_type = _asg_type(props, resources)
         price = hourly_price(instance_type, "ec2", region) if instance_type else None
-        note = "MinSize, on-demand price" + (", spot mix" if props.get("MixedInstancesPolicy") else "")
+        note = "MinSize, on-demand price" + (", spot above the on-demand part" if _uses_spot(props) else "")
         items.append(
             CostItem(
                 stack, "auto scaling group", name, instance_type, minimum, "instances", _monthly(price, minimum), note
@@ -561,8 +569,13 @@ def _usd(value: float | None, *, sign: bool = False) -> str:
     return ("-" if value < 0 else "") + text
 
 
+def _per(value: float | None, unit: str) -> str:
+    """``$1.41/hour``, or ``price unknown``."""
+    return f"{_usd(value)}/{unit}" if value is not None else _usd(value)
+
+
 def _choice(name: str, count: int, hourly: float | None) -> str:
-    return f"{name} x{count} {_usd(hourly)}/hour"
+    return f"{name} x{count} {_per(hourly, 'hour')}"
 
 
 def estimate_lines(estimate: CostEstimate) -> list[str]:
@@ -579,7 +592,7 @@ def estimate_lines(estimate: CostEstimate) -> list[str]:
             lines.append(f"  {stack}: the same stack as {estimate.same_as[stack]} (counted once)")
             continue
         lines.append(f"  {stack}: {_usd(estimate.stack_total(stack))}/month always on ({estimate.regions[stack]})")
-        lines.extend(f"    {_usd(i.monthly_usd)}/month  {i.describe()}" for i in items)
+        lines.extend(f"    {_per(i.monthly_usd, 'month')}  {i.describe()}" for i in items)
     unpriced = estimate.unpriced
     extra = f" (+ {len(unpriced)} item(s) without a price)" if unpriced else ""
     lines.append(f"  total: {_usd(estimate.total)}/month always on{extra}")

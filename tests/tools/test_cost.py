@@ -162,10 +162,11 @@ def _templates() -> dict[str, tuple[str, dict[str, Any]]]:
                 "MinSize": "1",
                 "MaxSize": "2",
                 "MixedInstancesPolicy": {
+                    "InstancesDistribution": {"OnDemandBaseCapacity": 0, "OnDemandPercentageAboveBaseCapacity": 0},
                     "LaunchTemplate": {
                         "LaunchTemplateSpecification": {"LaunchTemplateId": {"Ref": "WorkbenchLt1234ABCD"}},
                         "Overrides": [{"InstanceType": "g5.2xlarge"}, {"InstanceType": "g6.xlarge"}],
-                    }
+                    },
                 },
             },
         },
@@ -257,6 +258,11 @@ def test_summary_lines(assembly: Path) -> None:
     assert "  gpu-test-inference: $3,239.74/month always on (us-east-1)" in lines
     assert "    $2,211.90/month  endpoint gpu-test-classifier ml.g5.2xlarge x2 (autoscaling min 2, initial 1)" in lines
     assert "    $1,027.84/month  notebook gpu-test-explore ml.g5.xlarge x1 (while running)" in lines
+    assert (
+        "    $884.76/month  auto scaling group gpu-test-workbench g5.2xlarge x1 "
+        "(MinSize, on-demand price, spot above the on-demand part)" in lines
+    )
+    assert "    $0.00/month  auto scaling group BigAsg p5.48xlarge x0 (MinSize, on-demand price)" in lines
     assert "  total: $5,609.84/month always on" in lines
     assert (
         "  training gpu-test-training gpu-test-train: ml.g5.2xlarge x2 $3.03/hour; "
@@ -275,9 +281,7 @@ def test_unknown_region_and_unpriced_types(tmp_path: Path) -> None:
     assert estimate.notes == ("gpu-test-storage: region-agnostic stack priced as us-east-1",)
     lines = estimate_lines(estimate)
     assert "  total: $2,370.10/month always on (+ 3 item(s) without a price)" in lines
-    assert (
-        "    price unknown/month  endpoint gpu-test-classifier ml.g5.2xlarge x2 (autoscaling min 2, initial 1)" in lines
-    )
+    assert "    price unknown  endpoint gpu-test-classifier ml.g5.2xlarge x2 (autoscaling min 2, initial 1)" in lines
 
 
 def test_diff_names_each_change_with_its_dollars(tmp_path: Path, assembly: Path) -> None:
