@@ -186,27 +186,9 @@ class GpuFleet(RoleCompute, Construct):
         self.image = image
         self.instance: InstanceType = image.check_instance_type(instance_type, where=where)
         capacity.validate(where)
-        region = Stack.of(self).region
-        #: Every type the group may launch, first choice first (the fallback list, or the spot mix's types).
-        self.instance_types = resolve_instance_types(
-            where, self.instance, image, fallback, spot, None if is_token(region) else region
+        availability_zone = self._validate_purchase(
+            image, fallback, spot, efa, capacity_reservation, capacity, placement_group, availability_zone
         )
-        self.spot_types = self.instance_types[1:] if spot is not None else ()
-        if efa:
-            param = "instance_types[]" if fallback is not None else "spot.instance_types[]"
-            check_efa(where, self.instance, self.instance_types[1:], param=param)
-        self.capacity_reservation = capacity_reservation
-        if capacity_reservation is not None:
-            capacity_reservation.validate(
-                where,
-                instance=self.instance,
-                instance_types=self.instance_types,
-                spot=spot is not None,
-                capacity=capacity,
-                placement_zone=availability_zone if placement_group else None,
-            )
-            if placement_group:  # the placement group is in the reservation's zone
-                availability_zone = availability_zone or capacity_reservation.availability_zone
         volumes.validate(where)
         if lustre is not None:
             lustre.validate(where)
@@ -278,6 +260,41 @@ class GpuFleet(RoleCompute, Construct):
     # ------------------------------------------------------------------------------------------------
     # Validation bound to the construct's stack
     # ------------------------------------------------------------------------------------------------
+
+    def _validate_purchase(
+        self,
+        image: DlamiImage,
+        fallback: FleetFallback | None,
+        spot: FleetSpotOptions | None,
+        efa: bool,
+        reservation: FleetCapacityReservation | None,
+        capacity: FleetCapacity,
+        placement_group: bool,
+        availability_zone: str | None,
+    ) -> str | None:
+        """The types the group may launch (:attr:`instance_types`), their EFA cards and the capacity reservation;
+        returns the placement group's zone (a placement group with a reservation is in the reservation's zone)."""
+        where, region = path_of(self), Stack.of(self).region
+        #: Every type the group may launch, first choice first (the fallback list, or the spot mix's types).
+        self.instance_types = resolve_instance_types(
+            where, self.instance, image, fallback, spot, None if is_token(region) else region
+        )
+        self.spot_types = self.instance_types[1:] if spot is not None else ()
+        if efa:
+            param = "instance_types[]" if fallback is not None else "spot.instance_types[]"
+            check_efa(where, self.instance, self.instance_types[1:], param=param)
+        self.capacity_reservation = reservation
+        if reservation is None:
+            return availability_zone
+        reservation.validate(
+            where,
+            instance=self.instance,
+            instance_types=self.instance_types,
+            spot=spot is not None,
+            capacity=capacity,
+            placement_zone=availability_zone if placement_group else None,
+        )
+        return (availability_zone or reservation.availability_zone) if placement_group else availability_zone
 
     def _validate_timeouts(self, boot_timeout: Duration, grace: Duration) -> None:
         # Lifecycle hook heartbeat: 30 s to 7200 s (EC2 Auto Scaling API).
