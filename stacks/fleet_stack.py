@@ -148,7 +148,7 @@ class FleetStack(WorkloadStack):
             return None
         return IdleStop(
             self,
-            "IdleStop",
+            "FleetIdleStop",  # not the training stack's id: roles of the two stacks get distinct logical ids
             topic=self.topic,
             name=self.context.resource_name("fleets"),
             fleet_groups=groups,

@@ -126,7 +126,7 @@ def idle_stop(
         return None
     return IdleStop(
         scope,
-        "IdleStop",
+        "TrainingIdleStop",  # not the fleets stack's id: roles of the two stacks get distinct logical ids
         topic=pipeline.topic,
         name=prefix,
         training=IdleTrainingJobs(
