@@ -185,6 +185,13 @@ def test_train_state_is_a_sync_sagemaker_task_whose_parameters_validate(dev: dic
         assert parameters["ResourceConfig"]["InstanceType.$"] == "$.args.instance_type"
         assert parameters["HyperParameters.$"] == "$.run.hyperparameters"
         assert parameters["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+        # A job on the fallback list: the AWS SDK integration, the same request with InstancePreferences.
+        listed = states["TrainOnPreferences"]
+        assert listed["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob"
+        resolved = substitute_sfn_samples(listed["Parameters"], samples(listed["Parameters"]))
+        assert service_model_problems("CreateTrainingJob", resolved) == []
+        assert "InstanceType" not in listed["Parameters"]["ResourceConfig"]
+        assert "EnableManagedSpotTraining" not in listed["Parameters"]
         shard = states["ShardDataset"]
         assert shard["Resource"] == "arn:aws:states:::sagemaker:createProcessingJob.sync"
         resolved = substitute_sfn_samples(shard["Parameters"], samples(shard["Parameters"]))
@@ -196,7 +203,7 @@ def test_dev_is_single_gpu_fastfile(dev: dict) -> None:
     assert parameters["ResourceConfig"]["InstanceCount"] == 1
     # The channels are the MergeInputs state's: the dataset's for the setup's code, the code's last.
     assert parameters["InputDataConfig.$"] == "$.run.input_data_config"
-    sent = run(definition(dev), {}).task("Train").parameters
+    sent = run(definition(dev), {"instance_type": "ml.g5.xlarge"}).task("Train").parameters
     code = definition(dev)["States"]["Defaults"]["Parameters"]["defaults"]["code"]
     channels = {c["ChannelName"]: c for c in sent["InputDataConfig"]}
     assert list(channels) == ["train", "validation", "code", "sm_drivers"]
@@ -211,19 +218,37 @@ def test_dev_is_single_gpu_fastfile(dev: dict) -> None:
     assert "$.args.entry_point" in algorithm["ContainerArguments.$"]
     assert parameters["EnableManagedSpotTraining"] is False
     assert "CheckpointConfig" not in parameters
+    # No default type: an execution without instance_type runs on the fallback list.
     defaults = definition(dev)["States"]["Defaults"]["Parameters"]["defaults"]
-    assert defaults["instance_type"] == "ml.g5.xlarge"
+    assert "instance_type" not in defaults
+    listed = run(definition(dev), {}).task("TrainOnPreferences").parameters
+    assert listed["ResourceConfig"]["InstancePreferences"] == [
+        {"InstanceType": "ml.g5.xlarge"},
+        {"InstanceType": "ml.g5.2xlarge"},
+        {"InstanceType": "ml.g6.2xlarge"},
+    ]
+    assert listed["ResourceConfig"]["InstanceCount"] == 1
+    # The types share one process per host but not the loader workers: the runtime sizes those on the host.
+    assert sent["HyperParameters"]["num_workers"] == "2"  # ml.g5.xlarge's 4 vCPUs
+    assert (listed["HyperParameters"]["processes_per_host"], listed["HyperParameters"]["num_workers"]) == ("1", "-1")
 
 
-def test_prod_is_multi_host_fsx_spot_with_checkpoints(prod: dict) -> None:
+def test_prod_is_multi_host_fsx_on_demand_with_a_fallback_list(prod: dict) -> None:
     parameters = definition(prod)["States"]["Train"]["Parameters"]
     assert parameters["ResourceConfig"]["InstanceCount"] == 2
     assert parameters["EnableInterContainerTrafficEncryption"] is True
-    assert parameters["EnableManagedSpotTraining"] is True
-    assert parameters["StoppingCondition"] == {"MaxRuntimeInSeconds": 48 * 3600, "MaxWaitTimeInSeconds": 96 * 3600}
-    assert parameters["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
-    assert "checkpoints/gpu-prod-train/{}/" in parameters["CheckpointConfig"]["S3Uri.$"]
-    for channel in run(definition(prod), {"data_version": "v9"}).task("Train").parameters["InputDataConfig"]:
+    assert parameters["EnableManagedSpotTraining"] is False  # InstancePreferences are exclusive with spot
+    assert parameters["StoppingCondition"] == {"MaxRuntimeInSeconds": 48 * 3600}
+    assert "CheckpointConfig" not in parameters
+    listed = definition(prod)["States"]["TrainOnPreferences"]["Parameters"]["ResourceConfig"]
+    assert listed["InstancePreferences"] == [
+        {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
+        {"InstanceType": "ml.p4de.24xlarge", "InstanceCount": 2},
+    ]
+    assert "InstanceCount" not in listed  # counts per preference, none for the job
+    for channel in (
+        run(definition(prod), {"data_version": "v9"}).task("TrainOnPreferences").parameters["InputDataConfig"]
+    ):
         if channel["ChannelName"] in ("code", "sm_drivers"):
             continue
         fsx = channel["DataSource"]["FileSystemDataSource"]
@@ -239,7 +264,10 @@ def test_instance_type_is_checked_against_the_catalog_by_a_choice(dev: dict) -> 
     states = definition(dev)["States"]
     assert not [s for s in states.values() if s.get("Resource", "").startswith("arn:aws:states:::lambda")]
     allowed: dict[str, str] = {}
-    for choice in states["ValidateInstanceType"]["Choices"]:
+    first, *by_type = states["ValidateInstanceType"]["Choices"]
+    # No instance_type in the input (the defaults give none with a fallback list): the list.
+    assert first == {"Not": {"Variable": "$.args.instance_type", "IsPresent": True}, "Next": "UsePreferences"}
+    for choice in by_type:
         for rule in choice.get("Or", [choice]):
             allowed[rule["StringEquals"]] = choice["Next"]
     assert allowed["ml.g5.xlarge"] == "Derive1x2" and allowed["ml.p4d.24xlarge"] == "Derive8x10"
@@ -427,8 +455,12 @@ def test_outputs_let_gpuctl_find_everything(dev: dict) -> None:
 
     spec = TrainingJobSpec.from_json(text)
     request = spec.to_request("gpu-dev-train-check")
-    assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"
+    assert [p["InstanceType"] for p in request["ResourceConfig"]["InstancePreferences"]] == list(spec.preference_types)
     assert service_model_problems("CreateTrainingJob", request) == []
+    one = spec.to_request("gpu-dev-train-check", instance_type="ml.g5.xlarge")  # gpuctl train --instance-type
+    assert (
+        one["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge" and "InstancePreferences" not in one["ResourceConfig"]
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -704,7 +736,7 @@ def _run_hyperparameter_states(
     derive = next(
         states[choice["Next"]]
         for choice in states["ValidateInstanceType"]["Choices"]
-        if instance_type in [rule["StringEquals"] for rule in choice.get("Or", [choice])]
+        if instance_type in [rule.get("StringEquals") for rule in choice.get("Or", [choice])]
     )
     base = states["Defaults"]["Parameters"]["static"]["base_hyperparameters"]
     state = {
@@ -847,7 +879,7 @@ def _config_text(**replacements: str) -> str:
     ("replacements", "message"),
     [
         pytest.param(
-            {"max_wait_hours: 96": "max_wait_hours: 700"},
+            {"spot: false                      # on demand": "max_wait_hours: 700\n  spot: false  # on demand"},
             "  training.max_wait_hours: 700: allowed: 1..672 hours (SageMaker MaxWaitTimeInSeconds limit 2419200 s = "
             "28 days)",
             id="max-wait-beyond-the-sagemaker-limit-in-hours",
@@ -855,7 +887,9 @@ def _config_text(**replacements: str) -> str:
         pytest.param(
             {
                 'cuda_version: "12.8"           # CUDA of the Dockerfile\'s base image': 'cuda_version: "13.0"',
-                "instance_type: ml.p4d.24xlarge": "instance_type: ml.p3.16xlarge",
+                "instance_type: ml.p4d.24xlarge   #": "instance_type: ml.p3.16xlarge   #",
+                "  instance_preferences:\n    - {instance_type: ml.p4d.24xlarge, instance_count: 2}\n"
+                "    - {instance_type: ml.p4de.24xlarge, instance_count: 2}\n": "",
             },
             "  training.instance_type: 'ml.p3.16xlarge' cannot run images.training (kind codebuild, CUDA 13.0): CUDA "
             "13.0 cannot drive the NVIDIA V100 of 'p3.16xlarge' (Volta, compute capability 7.0, sm_70); allowed: CUDA "
