@@ -571,6 +571,11 @@ def dev(synth: Any) -> dict[str, Any]:
     return definition_from_template(synth("dev").template("training"))
 
 
+#: dev trains on a fallback list unless the execution names a type; these tests run the one-type path (the list's
+#: path: tests/constructs/training/test_fallback_states.py).
+ONE_TYPE = {"instance_type": "ml.g5.xlarge"}
+
+
 def completed_job(state: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """What createTrainingJob.sync returns (DescribeTrainingJob) for a completed job; processing jobs complete."""
     if state == "ShardDataset":
@@ -589,9 +594,9 @@ def completed_job(state: str, parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_dev_defaults_reach_train_with_sagemaker_ready_parameters(dev: dict[str, Any]) -> None:
-    outcome = run(dev, {})
+    outcome = run(dev, ONE_TYPE)
     assert outcome.status == "PAUSED_AT_TASK"
-    assert outcome.visited[-3:] == ["ValidateHyperparameters", "PrepareData?", "Train"]
+    assert outcome.visited[-3:] == ["PrepareData?", "TrainOnList?", "Train"]
     train = outcome.task("Train")
     assert train.resource == "arn:aws:states:::sagemaker:createTrainingJob.sync"
     parameters = train.parameters
@@ -605,11 +610,11 @@ def test_dev_defaults_reach_train_with_sagemaker_ready_parameters(dev: dict[str,
     assert "/imagenet/v1/train/" in channels["train"] and "/imagenet/v1/validation/" in channels["validation"]
     assert parameters["ResourceConfig"] == {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100}
     assert '.$"' not in json.dumps(parameters)  # every path and intrinsic was resolved
-    assert run(dev, {}).task("Train").parameters["TrainingJobName"] == parameters["TrainingJobName"]  # seeded
+    assert run(dev, ONE_TYPE).task("Train").parameters["TrainingJobName"] == parameters["TrainingJobName"]  # seeded
 
 
 def test_dev_execution_input_overrides_the_defaults(dev: dict[str, Any]) -> None:
-    parameters = run(dev, {"hyperparameters": {"epochs": 30, "amp": True}}).task("Train").parameters
+    parameters = run(dev, {**ONE_TYPE, "hyperparameters": {"epochs": 30, "amp": True}}).task("Train").parameters
     assert parameters["HyperParameters"]["epochs"] == "30" and parameters["HyperParameters"]["amp"] == "true"
     given = {"job_name": "gpu-dev-train-mine", "instance_type": "ml.g5.12xlarge", "data_version": "v7"}
     parameters = run(dev, given).task("Train").parameters
@@ -637,7 +642,7 @@ def test_dev_execution_input_overrides_the_defaults(dev: dict[str, Any]) -> None
             "instance_type ml.m5.xlarge is not allowed for this pipeline; allowed: ml.g4dn.xlarge, ",
         ),
         (
-            {"hyperparameters": {"processes_per_host": 16}},
+            {**ONE_TYPE, "hyperparameters": {"processes_per_host": 16}},
             "InvalidHyperparameters",
             "The execution input is not valid: hyperparameters.processes_per_host=16 is not allowed on ml.g5.xlarge",
         ),
@@ -657,20 +662,20 @@ def test_dev_invalid_input_fails_before_sagemaker_is_called(
 
 
 def test_dev_prepare_shards_the_dataset_before_training(dev: dict[str, Any]) -> None:
-    outcome = run(dev, {"prepare": True, "data_version": "v2"})
+    outcome = run(dev, {**ONE_TYPE, "prepare": True, "data_version": "v2"})
     assert (outcome.status, outcome.visited[-1]) == ("PAUSED_AT_TASK", "ShardDataset")
     shard = outcome.task("ShardDataset")
     assert shard.resource == "arn:aws:states:::sagemaker:createProcessingJob.sync"
     assert re.fullmatch(r"gpu-dev-train-shard-[0-9a-f]{8}", shard.parameters["ProcessingJobName"])
     outputs = {o["OutputName"]: o["S3Output"]["S3Uri"] for o in shard.parameters["ProcessingOutputConfig"]["Outputs"]}
     assert "/imagenet/v2/train/" in outputs["train"] and "/imagenet/v2/validation/" in outputs["validation"]
-    outcome = run(dev, {"prepare": True, "data_version": "v2"}, task_results=completed_job)
+    outcome = run(dev, {**ONE_TYPE, "prepare": True, "data_version": "v2"}, task_results=completed_job)
     assert outcome.status == "SUCCEEDED"
     assert [call.state for call in outcome.tasks] == ["ShardDataset", "Train"]
 
 
 def test_dev_completed_job_gives_the_model_artifact(dev: dict[str, Any]) -> None:
-    outcome = run(dev, {}, task_results=completed_job)
+    outcome = run(dev, ONE_TYPE, task_results=completed_job)
     assert outcome.status == "SUCCEEDED"
     name = outcome.task("Train").parameters["TrainingJobName"]
     assert outcome.output["model_artifact"] == f"s3://artifacts/output/{name}/output/model.tar.gz"
@@ -686,7 +691,7 @@ def test_dev_failed_job_ends_with_the_jobs_failure_reason(dev: dict[str, Any]) -
         assert state == "DescribeFailedTrainingJob"
         return {**parameters, "TrainingJobStatus": "Failed", "FailureReason": "CUDA out of memory"}
 
-    outcome = run(dev, {}, task_results=results)
+    outcome = run(dev, ONE_TYPE, task_results=results)
     name = outcome.task("Train").parameters["TrainingJobName"]
     describe = outcome.task("DescribeFailedTrainingJob")
     assert describe.resource == "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob"
@@ -702,7 +707,7 @@ def test_dev_job_that_was_never_created_ends_with_the_create_error(dev: dict[str
             raise TaskFailed("SageMaker.ResourceLimitExceededException", "account quota for ml.g5.xlarge is 0")
         raise TaskFailed("SageMaker.ValidationException", "Requested resource not found")
 
-    outcome = run(dev, {}, task_results=results)
+    outcome = run(dev, ONE_TYPE, task_results=results)
     assert outcome.visited[-1] == "TrainingJobNotCreated"
     assert (outcome.status, outcome.error, outcome.cause) == (
         "FAILED",
