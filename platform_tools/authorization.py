@@ -15,6 +15,7 @@ boot script and each notebook's on-start script (the AWS CLI calls of the synthe
 configuration: ``gpu_constructs.authz.instances``); each endpoint (``gpu_constructs.authz.endpoints``); each
 idle-stop function (its list, metric, stop and publish calls: ``gpu_constructs.authz.idle``); the GitOps
 runner's ``cdk deploy --all`` / ``cdk diff --all`` with the gitops stack's roles (``gpu_constructs.authz.gitops``);
+the GitOps pipeline's preflight and cost steps (``platform_tools.pipeline_journeys``);
 and every SageMaker task of each state machine with what is known before it runs (the prepare step, the state
 machine's own create-job and pass-role requests).
 """
@@ -38,6 +39,7 @@ from gpu_constructs.authz.instances import fleet_boot_journeys, notebook_start_j
 from gpu_constructs.rules.pack import _assembly_stacks
 from gpu_constructs.rules.sagemaker_job_role_authorized import sagemaker_tasks
 from gpu_constructs.training_spec import S3Channel, TrainingJobSpec
+from platform_tools.pipeline_journeys import pipeline_step_journeys
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 BEGIN = (
@@ -90,6 +92,7 @@ def journeys(assembly: Assembly, outdir: Path | None = None) -> list[Journey]:
     for function in idle_stop_journeys(assembly):
         found.append(Journey(f"idle-stop function ({function.stack.name})", function.requests))
     if outdir is not None:
+        found += [Journey(name, requests) for name, requests in pipeline_step_journeys(assembly, outdir)]
         roles = gitops_role_arns(assembly)
         for mode, command in (("deploy", "deploy"), ("diff", "diff")):
             if mode in roles:

@@ -4,8 +4,20 @@ Source: a CodeConnections connection to ``pipeline.repository`` at ``pipeline.br
 what CI runs — ``bash .ci/run`` (install, lint, ``make test`` with every security gate) and then
 ``make synth ENV=<env>`` for every stage, the pipeline's own environment last (its cloud assembly is the
 step's output) — so a failing test or an unacknowledged cdk-nag finding stops the pipeline. Then the pipeline
-updates itself, and deploys one stage per ``pipeline.stages`` entry, in order. Before a stage listed in
-``pipeline.approve_before`` a CodeBuild step prints its ``cdk diff`` and a manual approval waits for a reviewer.
+updates itself, and deploys one stage per ``pipeline.stages`` entry, in order. Before each stage's deploy a
+``Preflight<Stage>`` CodeBuild step runs ``gpuctl preflight --env <stage> --json`` against the stage's account:
+a short quota, a type not offered in a zone, or a reservation that is gone or does not match (exit 1) stops the
+pipeline, and so does a check that could not be made (exit 2: no credentials, access denied, a bad config),
+because a gate that passes when it cannot look would let the deploy fail later, at the instance launch. Before a
+stage listed in ``pipeline.approve_before`` a CodeBuild step prints its ``cdk diff``, a ``Cost<Stage>`` step prints
+``gpuctl cost diff`` of the deployed templates (``gpuctl deployed``, CloudFormation ``GetTemplate``) against the
+synthesized ones, and a manual approval waits for a reviewer.
+
+The read-only steps reach the stage's account the way ``cdk diff`` does: in the pipeline's own account their
+CodeBuild role is granted exactly the calls they make (:func:`gpuctl.commands.preflight.read_permissions` of the
+stage's config; ``cloudformation:GetTemplate`` on the stage's stacks); in another account they assume that
+account's CDK bootstrap lookup role (read-only, trusted by ``cdk bootstrap --trust``) through an AWS CLI profile
+with ``credential_source = EcsContainer`` (the CodeBuild container's credentials).
 
 Artifacts go to a versioned, KMS-encrypted, access-logged bucket; CodeBuild logs to a KMS-encrypted log group.
 
@@ -39,6 +51,7 @@ from gpu_constructs.nag import as_list as _as_list
 from gpu_constructs.removal import for_named_resource
 from gpu_constructs.retention import retention_days
 from gpu_constructs.storage import SecureBucket
+from gpuctl.commands.preflight import compute_needs, read_permissions
 from stacks.base import REPOSITORY_ROOT
 from stacks.config import EnvConfig, PipelineConfig, load_config
 from stacks.context import StackContext, stack_arguments
@@ -67,6 +80,32 @@ def synth_commands(own_env: str, stages: tuple[str, ...]) -> list[str]:
     # The last synth is the pipeline's cloud assembly: start from an empty cdk.out so nothing stale ships.
     commands += ["rm -rf cdk.out", f"make synth ENV={own_env}"]
     return commands
+
+
+#: How the read-only steps install gpuctl from the checked-out repository (its own small dependency set).
+GPUCTL_INSTALL = "pip install --disable-pip-version-check --quiet ."
+#: The AWS CLI profile the read-only steps use in a stage of another account.
+STAGE_PROFILE = "stage"
+
+
+def preflight_command(env: str) -> str:
+    """The preflight step's check: exit 1 (short, not offered, reservation problem) and 2 (not checked) fail it."""
+    return f"gpuctl preflight --env {env} --json"
+
+
+def cost_commands(stage_assembly: str) -> list[str]:
+    """The cost step's commands: the deployed templates of the stage's stacks, then their cost difference."""
+    return [f"gpuctl deployed {stage_assembly} deployed.out", f"gpuctl cost diff deployed.out {stage_assembly}"]
+
+
+def profile_commands(role_arn: str) -> list[str]:
+    """AWS CLI profile ``stage`` that assumes ``role_arn`` with the CodeBuild container's credentials (AWS CLI User
+    Guide, "Use an IAM role in the AWS CLI": ``credential_source`` ``EcsContainer``,
+    https://docs.aws.amazon.com/cli/v1/userguide/cli-configure-role.html); boto3 reads the same profile."""
+    return [
+        f"aws configure set profile.{STAGE_PROFILE}.role_arn {role_arn}",
+        f"aws configure set profile.{STAGE_PROFILE}.credential_source EcsContainer",
+    ]
 
 
 def diff_command(pipeline_stack: str, stage: str) -> str:
@@ -175,22 +214,85 @@ class PipelineStack(Stack):
         )
         #: env name -> (stage, diff step or None, approval step or None), in deployment order.
         self.stages: dict[str, tuple[PlatformStage, pipelines.Step | None, pipelines.Step | None]] = {}
+        #: env name -> (preflight step, cost step or None): the read-only checks before the stage's deploy.
+        self.checks: dict[str, tuple[pipelines.CodeBuildStep, pipelines.CodeBuildStep | None]] = {}
         for name in pipeline.stages:
             self._add_stage(name, configs[name], account, pipeline)
         self.code_pipeline.build_pipeline()
         self._harden()
 
+    def _lookup_role(self, pipeline: PipelineConfig, target_account: str, region: str) -> str:
+        return (
+            f"arn:{self.partition}:iam::{target_account}:role/"
+            f"cdk-{pipeline.cdk_qualifier}-lookup-role-{target_account}-{region}"
+        )
+
+    def _read_step(
+        self,
+        step_id: str,
+        commands: list[str],
+        statements: list[iam.PolicyStatement],
+        lookup_role: str | None,
+        *,
+        assembly: bool = False,
+    ) -> pipelines.CodeBuildStep:
+        """A read-only step on the checked-out repository (gpuctl installed), with the synthesized assembly as
+        ``cdk.out`` when ``assembly``: with ``statements`` in the pipeline's account, through ``lookup_role`` in
+        another."""
+        if lookup_role is not None:
+            commands = [*profile_commands(lookup_role), *(f"AWS_PROFILE={STAGE_PROFILE} {c}" for c in commands)]
+            statements = [iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[lookup_role])]
+        synthesized = self.synth_step.primary_output
+        assert synthesized is not None  # the synth step names cdk.out as its primary output
+        return pipelines.CodeBuildStep(
+            step_id,
+            input=self.source,
+            additional_inputs={"cdk.out": synthesized} if assembly else None,
+            install_commands=[GPUCTL_INSTALL],
+            commands=commands,
+            role_policy_statements=statements,
+        )
+
+    def _checks(
+        self, name: str, stage: PlatformStage, config: EnvConfig, account: str, pipeline: PipelineConfig
+    ) -> tuple[pipelines.CodeBuildStep, pipelines.CodeBuildStep | None]:
+        """The stage's preflight step and, before an approval, its cost step."""
+        sid = stage_id(name)
+        target_account = config.account or account
+        lookup_role = None if target_account == account else self._lookup_role(pipeline, target_account, config.region)
+        preflight = self._read_step(
+            f"Preflight{sid}",
+            [preflight_command(name)],
+            [
+                iam.PolicyStatement(actions=[action], resources=resources)
+                for action, resources in read_permissions(compute_needs(config)).items()
+            ],
+            lookup_role,
+        )
+        cost = None
+        if name in pipeline.approve_before:
+            stacks = [
+                f"arn:{self.partition}:cloudformation:{config.region}:{target_account}:stack/{s.stack_name}/*"
+                for s in stage.platform.stacks
+            ]
+            cost = self._read_step(
+                f"Cost{sid}",
+                cost_commands(f"cdk.out/{stage.artifact_id}"),
+                [iam.PolicyStatement(actions=["cloudformation:GetTemplate"], resources=stacks)],
+                lookup_role,
+                assembly=True,
+            )
+        return preflight, cost
+
     def _add_stage(self, name: str, config: EnvConfig, account: str, pipeline: PipelineConfig) -> None:
         sid = stage_id(name)
         stage = PlatformStage(self, sid, config=config)
-        pre: list[pipelines.Step] = []
+        preflight, cost = self._checks(name, stage, config, account, pipeline)
+        pre: list[pipelines.Step] = [preflight]
         diff = approval = None
         if name in pipeline.approve_before:
             target_account = config.account or account
-            lookup_role = (
-                f"arn:{self.partition}:iam::{target_account}:role/"
-                f"cdk-{pipeline.cdk_qualifier}-lookup-role-{target_account}-{config.region}"
-            )
+            lookup_role = self._lookup_role(pipeline, target_account, config.region)
             diff = pipelines.CodeBuildStep(
                 f"Diff{sid}",
                 input=self.synth_step.primary_output,
@@ -205,14 +307,18 @@ class PipelineStack(Stack):
                 f"Approve{sid}",
                 comment=(
                     f"Before approving {name}: read the `cdk diff` printed by the Diff{sid} action of this stage "
-                    "(its CodeBuild log). Approve only if every change is intended; a replaced or removed bucket, "
-                    "key, file system or repository means lost data."
+                    f"and the cost difference printed by Cost{sid} (their CodeBuild logs). Approve only if every "
+                    "change is intended; a replaced or removed bucket, key, file system or repository means lost data."
                 ),
             )
+            approval.add_step_dependency(preflight)
             approval.add_step_dependency(diff)
-            pre = [diff, approval]
+            assert cost is not None
+            approval.add_step_dependency(cost)
+            pre += [cost, diff, approval]
         self.code_pipeline.add_stage(stage, pre=pre)
         self.stages[name] = (stage, diff, approval)
+        self.checks[name] = (preflight, cost)
 
     @property
     def support_stacks(self) -> list[Stack]:
@@ -327,6 +433,9 @@ _STAR_ACTIONS: dict[str, str] = {
     "codebuild:BatchGetBuilds": "the asset action starts and polls its own build",
     "codebuild:StartBuild": "the asset action starts and polls its own build",
     "codebuild:StopBuild": "the asset action starts and polls its own build",
+    "servicequotas:ListServiceQuotas": "the preflight step reads applied quotas, an action with no resource type",
+    "ec2:DescribeInstanceTypeOfferings": "the preflight step reads zone offerings, an action with no resource type",
+    "ec2:DescribeCapacityReservations": "the preflight step reads reservations, an action with no resource type",
 }
 #: Of those, the write actions (checkov CKV_AWS_111 reports them on "*").
 _STAR_WRITE_ACTIONS = frozenset(
@@ -335,6 +444,7 @@ _STAR_WRITE_ACTIONS = frozenset(
 _CODEBUILD_LOGS = re.compile(r"arn:[a-z-]+:logs:[a-z0-9-]+:\d{12}:log-group:/aws/codebuild/(<[A-Za-z0-9]+>:)?\*")
 _REPORT_GROUPS = re.compile(r"arn:[a-z-]+:codebuild:[a-z0-9-]+:\d{12}:report-group/(<[A-Za-z0-9]+>-)?\*")
 _BOOTSTRAP_ROLES = re.compile(r"arn:\*:iam::\d{12}:role/\*")
+_STAGE_STACKS = re.compile(r"arn:[<>A-Za-z:-]+:cloudformation:[a-z0-9-]+:\d{12}:stack/[A-Za-z0-9-]+/\*")
 
 
 def expected_pipeline_wildcards(
@@ -374,6 +484,11 @@ def expected_pipeline_wildcards(
                 found[f"Resource::{flat}"] = (
                     "Safe because CodeBuild report groups are named per build, since aws-cdk-lib grants the "
                     "project's own report groups"
+                )
+            elif _STAGE_STACKS.fullmatch(flat) and actions == ["cloudformation:GetTemplate"]:
+                found[f"Resource::{flat}"] = (
+                    "Safe because the wildcard is the stack id CloudFormation appends to the stage's own stack name, "
+                    "since the cost step reads only the deployed template of that stack (GetTemplate)"
                 )
             elif _BOOTSTRAP_ROLES.fullmatch(flat) and "iam:ResourceTag/aws-cdk:bootstrap-role" in json.dumps(condition):
                 found[f"Resource::{flat}"] = (

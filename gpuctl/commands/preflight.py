@@ -290,6 +290,31 @@ def compute_needs(config: Any) -> Needs:
     )
 
 
+def read_permissions(needs: Needs) -> dict[str, list[str]]:
+    """IAM action -> resources of every call the online check makes for ``needs``: the least privilege of a role
+    that runs it (the GitOps pipeline's preflight step).
+
+    Resources: ``*`` where the action has no resource type (Service Authorization Reference: "If there is no value
+    for this column, you must specify all resources ("*")"; ``servicequotas:ListServiceQuotas``,
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_servicequotas.html; EC2's
+    ``DescribeInstanceTypeOfferings`` and ``DescribeCapacityReservations``,
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html); the training plans
+    by ARN for ``sagemaker:DescribeTrainingPlan`` (resource type ``training-plan``,
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonsagemaker.html).
+    """
+    permissions: dict[str, list[str]] = {}
+    if needs.quotas:
+        permissions[IAM_ACTIONS["ListServiceQuotas"]] = ["*"]
+    if needs.offerings:
+        permissions[IAM_ACTIONS["DescribeInstanceTypeOfferings"]] = ["*"]
+    if any(r.kind == EC2_RESERVATION and r.reservation.startswith("cr-") for r in needs.reservations):
+        permissions[IAM_ACTIONS["DescribeCapacityReservations"]] = ["*"]
+    plans = sorted({r.reservation for r in needs.reservations if r.kind == TRAINING_PLAN})
+    if plans:
+        permissions[IAM_ACTIONS["DescribeTrainingPlan"]] = plans
+    return permissions
+
+
 def load_env_config(env: str) -> Any:
     """``config/<env>.yaml`` through the app's typed loader (the working directory's ``config/`` first)."""
     try:

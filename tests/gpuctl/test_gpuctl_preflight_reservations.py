@@ -277,3 +277,25 @@ def test_unknown_training_plan_exits_1(stubs: Stubs, capsys, monkeypatch) -> Non
     )
     code, report = _run(capsys, monkeypatch, config(training_section=training(training_plan_arn=PLAN)))
     assert code == 1 and report["reservations"][0]["state"] == "not found"
+
+
+# -- the read-only permissions a role needs to run the check --------------------------------------------------
+
+
+def test_read_permissions_name_exactly_the_calls() -> None:
+    plans = (NS(instance_type="ml.p4d.24xlarge", instance_count=None, training_plan_arn=PLAN),)
+    cfg = config(training_section=training(instance_preferences=plans), groups=(fleet_group(),))
+    needs = preflight.Needs(
+        "test",
+        REGION,
+        [preflight.QuotaNeed("sagemaker", QUOTA, 2, "instances")],
+        [preflight.OfferingNeed("p5.48xlarge", "us-east-1a")],
+        reservation_needs(cfg),
+    )
+    assert preflight.read_permissions(needs) == {
+        "servicequotas:ListServiceQuotas": ["*"],
+        "ec2:DescribeInstanceTypeOfferings": ["*"],
+        "ec2:DescribeCapacityReservations": ["*"],
+        "sagemaker:DescribeTrainingPlan": [PLAN],
+    }
+    assert preflight.read_permissions(preflight.Needs("test", REGION, [], [])) == {}

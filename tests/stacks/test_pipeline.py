@@ -14,7 +14,14 @@ import yaml
 from gpu_constructs.errors import ValidationError
 from stacks.config import CONFIG_DIR, ConfigError, EnvConfig, load_config, parse_config
 from stacks.context import StackContext
-from stacks.pipeline_stack import PipelineStack, synth_commands
+from stacks.pipeline_stack import (
+    GPUCTL_INSTALL,
+    PipelineStack,
+    cost_commands,
+    preflight_command,
+    profile_commands,
+    synth_commands,
+)
 
 
 def _resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -80,7 +87,8 @@ def test_stage_order_self_mutation_then_dev_then_prod(stages) -> None:
     names = ("network", "data", "storage", "images", "training", "inference", "fleets", "gitops")
     assert deployed == {f"gpu-prod-{n}" for n in names}
     dev = _stage(stages, "Dev")["Actions"]
-    assert all(a["ActionTypeId"]["Category"] == "Deploy" for a in dev), "dev needs no approval"
+    assert not [a for a in dev if a["ActionTypeId"]["Category"] == "Approval"], "dev needs no approval"
+    assert [a["Name"] for a in dev if a["ActionTypeId"]["Category"] != "Deploy"] == ["PreflightDev"]
 
 
 def test_manual_approval_after_diff_before_any_prod_deploy(stages, template) -> None:
@@ -114,7 +122,7 @@ def test_artifacts_and_logs_are_kms_encrypted(template) -> None:
     (group_id, group), *_ = _resources(template, "AWS::Logs::LogGroup").items()
     assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
     projects = _resources(template, "AWS::CodeBuild::Project")
-    assert len(projects) == 4  # synth, self-mutation, assets, diff
+    assert len(projects) == 7  # synth, self-mutation, assets, diff, preflight of dev and prod, cost of prod
     for project in projects.values():
         assert project["Properties"]["EncryptionKey"] == {"Fn::GetAtt": [key_id, "Arn"]}
         assert project["Properties"]["LogsConfig"]["CloudWatchLogs"]["GroupName"] == {"Ref": group_id}
@@ -236,3 +244,93 @@ def test_connection_must_be_in_the_pipeline_region_and_account(tmp_path: Path) -
 def test_unknown_stage_environment_names_the_allowed_ones(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"env='staging': no file .*allowed environments: dev, prod"):
         _pipeline_stack(_prod_with(tmp_path, stages=["staging", "prod"]))
+
+
+# -- preflight and cost steps ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_preflight_runs_after_synth_before_every_deploy_of_its_stage(stages, template, env: str) -> None:
+    """Exit 1 (short quota, missing offering, reservation problem) and 2 (could not check) fail the build."""
+    actions = _stage(stages, env.capitalize())["Actions"]
+    order = {a["Name"]: a["RunOrder"] for a in actions}
+    deploys = [a["RunOrder"] for a in actions if a["ActionTypeId"]["Category"] == "Deploy"]
+    preflight = next(a for a in actions if a["Name"] == f"Preflight{env.capitalize()}")
+    assert preflight["ActionTypeId"]["Category"] == "Build" and order[preflight["Name"]] < min(deploys)
+    assert [s["Name"] for s in stages].index("Build") < [s["Name"] for s in stages].index(env.capitalize())
+    spec = _buildspec(template, f"Pipeline{env.capitalize()}Preflight{env.capitalize()}")
+    assert spec["phases"]["build"]["commands"] == [preflight_command(env)] == [f"gpuctl preflight --env {env} --json"]
+    assert spec["phases"]["install"]["commands"] == [GPUCTL_INSTALL]
+    assert len(preflight["InputArtifacts"]) == 1  # the repository only
+
+
+def test_cost_diff_next_to_cdk_diff_before_the_approval(stages, template) -> None:
+    actions = _stage(stages, "Prod")["Actions"]
+    order = {a["Name"]: a["RunOrder"] for a in actions}
+    assert order["CostProd"] == order["DiffProd"] == order["PreflightProd"] < order["ApproveProd"]
+    approval = next(a for a in actions if a["Name"] == "ApproveProd")
+    assert "CostProd" in approval["Configuration"]["CustomData"]
+    spec = _buildspec(template, "PipelineProdCostProd")
+    assert (
+        spec["phases"]["build"]["commands"]
+        == cost_commands("cdk.out/assembly-gpu-prod-pipeline-Prod")
+        == [
+            "gpuctl deployed cdk.out/assembly-gpu-prod-pipeline-Prod deployed.out",
+            "gpuctl cost diff deployed.out cdk.out/assembly-gpu-prod-pipeline-Prod",
+        ]
+    )
+    cost = next(a for a in actions if a["Name"] == "CostProd")
+    assert len(cost["InputArtifacts"]) == 2  # the repository (gpuctl) and the synthesized assembly
+
+
+def _grants(template: dict[str, Any], prefix: str) -> list[tuple[list[str], Any]]:
+    """(actions, resources) of a step role's statements other than aws-cdk-lib's (logs, reports, artifacts)."""
+    (policy,) = [p for k, p in _resources(template, "AWS::IAM::Policy").items() if k.startswith(prefix)]
+    found = []
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if not any(a.startswith(("logs:", "codebuild:", "s3:", "kms:")) for a in actions):
+            found.append((sorted(actions), statement["Resource"]))
+    return found
+
+
+def test_preflight_role_has_exactly_the_calls_preflight_makes(template) -> None:
+    for env in ("Dev", "Prod"):
+        assert _grants(template, f"Pipeline{env}Preflight{env}Role") == [
+            (["ec2:DescribeInstanceTypeOfferings", "servicequotas:ListServiceQuotas"], "*")
+        ]
+    stacks = ("data", "fleets", "gitops", "images", "inference", "network", "storage", "training")
+    assert _grants(template, "PipelineProdCostProdRole") == [
+        (
+            ["cloudformation:GetTemplate"],
+            [f"arn:aws:cloudformation:us-west-2:123456789012:stack/gpu-prod-{name}/*" for name in stacks],
+        )
+    ]
+
+
+def test_a_stage_in_another_account_is_checked_through_its_lookup_role(tmp_path: Path) -> None:
+    """The step assumes the stage account's CDK lookup role (read-only) through an AWS CLI profile."""
+    from aws_cdk import assertions
+
+    from stacks.app_builder import cdk_json_context
+
+    prod = load_config("prod")
+    staged = prod.model_copy(update={"account": "210987654321"})
+    app = cdk.App(context=cdk_json_context())
+    stack = PipelineStack(
+        app,
+        "Pipe",
+        context=StackContext.from_config(prod),
+        pipeline=prod.pipeline.model_copy(update={"stages": ("prod",)}),
+        stage_configs={"prod": staged},
+    )
+    template = assertions.Template.from_stack(stack).to_json()
+    lookup = "arn:aws:iam::210987654321:role/cdk-hnb659fds-lookup-role-210987654321-us-west-2"
+    for prefix in ("PipelineProdPreflightProd", "PipelineProdCostProd"):
+        assert _grants(template, prefix + "Role") == [(["sts:AssumeRole"], lookup)]
+    spec = _buildspec(template, "PipelineProdPreflightProd")
+    assert spec["phases"]["build"]["commands"] == [
+        *profile_commands(lookup),
+        "AWS_PROFILE=stage gpuctl preflight --env prod --json",
+    ]
+    assert profile_commands(lookup)[1] == "aws configure set profile.stage.credential_source EcsContainer"
