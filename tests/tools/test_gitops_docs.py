@@ -54,3 +54,17 @@ def test_regions_match_config() -> None:
     text = WORKFLOW.read_text()
     assert f"aws-region: {load_config('prod').region}" in text
     assert f"aws-region: {load_config('dev').region}" in text
+
+
+def test_cost_difference_on_pull_requests_is_offline() -> None:
+    """The cost job prices the base commit's synth against the change's, with no AWS credentials."""
+    job = _workflow()["jobs"]["cost"]
+    assert job["if"] == "github.event_name == 'pull_request'"
+    runs = _runs(job)
+    assert runs[0].startswith("git worktree add ../base ${{ github.event.pull_request.base.sha }}")
+    assert runs[1:] == [
+        "make -C ../base synth ENV=${{ matrix.env }}",
+        "make synth ENV=${{ matrix.env }}",
+        ".venv/bin/gpuctl cost diff ../base/cdk.out cdk.out",
+    ]
+    assert not [s for s in job["steps"] if "configure-aws-credentials" in str(s.get("uses", ""))]
