@@ -44,6 +44,7 @@ RULE_MODULES: tuple[str, ...] = (
     "topic_admits_publishers",
     "service_principal_source_condition",
     "alarm_one_metrics_insights_query",
+    "event_rule_lambda_target_permitted",
     "training_spot_without_checkpoint",
     "training_max_wait_below_max_runtime",
     "training_volume_kms_on_instance_storage",
