@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from gpu_constructs.idle.options import (
+from gpu_constructs.idle.limits import (
     IDLE_MINUTES_ALLOWED,
     SESSION_MINUTES_ALLOWED,
     idle_minutes_problem,

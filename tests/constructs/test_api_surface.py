@@ -38,6 +38,7 @@ PACKAGES = (
     "gpu_constructs.authz",
     "gpu_constructs.endpoint",
     "gpu_constructs.fleet",
+    "gpu_constructs.idle",
     "gpu_constructs.notebook",
     "gpu_constructs.oidc",
     "gpu_constructs.rules",

@@ -46,7 +46,8 @@ from constructs import Construct
 from gpu_constructs import nag
 from gpu_constructs.errors import ValidationError, path_of
 from gpu_constructs.idle import handler as handler_module
-from gpu_constructs.idle.options import BUCKET_MINUTES, IdleFleetGroup, IdleTrainingJobs, NotebookSessionLimit
+from gpu_constructs.idle.limits import BUCKET_MINUTES
+from gpu_constructs.idle.options import IdleFleetGroup, IdleTrainingJobs, NotebookSessionLimit
 from gpu_constructs.keys import allow_cloudwatch_logs, given_or_new_key
 from gpu_constructs.removal import named_log_group
 from gpu_constructs.role_acknowledgments import acknowledge_role_policy

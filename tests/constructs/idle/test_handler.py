@@ -355,3 +355,10 @@ def test_dry_run_of_a_fleet_group(stubs: Stubs) -> None:
     settings = Settings(topic_arn=TOPIC, fleet_groups=("gpu-dev-a100",), dry_run_names=("gpu-dev-a100",))
     (action,) = handler.run(recorded("fleet_idle_alarm"), settings, stubs.clients)["actions"]
     assert action["dry_run"] and not action["done"]
+
+
+def test_the_handler_reads_in_the_buckets_the_limits_are_made_of() -> None:
+    """The function is deployed alone (no import of the library): its bucket is the limits' bucket."""
+    from gpu_constructs.idle.limits import BUCKET_MINUTES
+
+    assert handler.BUCKET_SECONDS == BUCKET_MINUTES * 60
