@@ -53,7 +53,10 @@ def _stack_arns(outdir: Path, directory: str, default_account: str) -> list[str]
 
 
 def _requests(role: str, command: str, outdir: Path) -> list[AuthRequest]:
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not a plain command line
+        return []
     if words[:2] == ["gpuctl", "preflight"] and "--env" in words:
         from gpuctl.commands.preflight import compute_needs, load_env_config, read_permissions
 

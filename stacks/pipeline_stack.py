@@ -94,8 +94,14 @@ def preflight_command(env: str) -> str:
 
 
 def cost_commands(stage_assembly: str) -> list[str]:
-    """The cost step's commands: the deployed templates of the stage's stacks, then their cost difference."""
-    return [f"gpuctl deployed {stage_assembly} deployed.out", f"gpuctl cost diff deployed.out {stage_assembly}"]
+    """The cost step's commands: the deployed templates of the stage's stacks, then their cost difference; before
+    the stage's first deploy (no stack deployed: an assembly without stacks, which ``gpuctl cost diff`` refuses)
+    the whole cost of the stage, since all of it is new."""
+    return [
+        f"gpuctl deployed {stage_assembly} deployed.out",
+        "if grep -q 'aws:cloudformation:stack' deployed.out/manifest.json; "
+        f"then gpuctl cost diff deployed.out {stage_assembly}; else gpuctl cost --cdk-out {stage_assembly}; fi",
+    ]
 
 
 def profile_commands(role_arn: str) -> list[str]:

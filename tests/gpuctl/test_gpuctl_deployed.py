@@ -104,3 +104,15 @@ def test_the_base_is_what_gpuctl_cost_diff_reads(tmp_path: Path, cloudformation)
     head = _assembly(tmp_path / "head")
     assert cli.main(["deployed", str(head), str(tmp_path / "base")]) == 0
     assert cli.main(["cost", "diff", str(tmp_path / "base"), str(head), "--json"]) == 0
+
+
+def test_nothing_deployed_yet_writes_an_assembly_without_stacks(tmp_path: Path, cloudformation) -> None:
+    """Before a stage's first deploy: the pipeline's cost step then prints the whole cost (gpuctl cost)."""
+    for name in ("gpu-prod-data", "gpu-prod-new"):
+        cloudformation.add_client_error(
+            "get_template", service_error_code="ValidationError", service_message=f"Stack with id {name} does not exist"
+        )
+    assert cli.main(["deployed", str(_assembly(tmp_path / "head")), str(tmp_path / "base")]) == 0
+    manifest = (tmp_path / "base" / "manifest.json").read_text()
+    assert "aws:cloudformation:stack" not in manifest
+    assert cli.main(["cost", "diff", str(tmp_path / "base"), str(tmp_path / "head")]) == 2

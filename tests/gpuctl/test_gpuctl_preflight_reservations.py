@@ -299,3 +299,17 @@ def test_read_permissions_name_exactly_the_calls() -> None:
         "sagemaker:DescribeTrainingPlan": [PLAN],
     }
     assert preflight.read_permissions(preflight.Needs("test", REGION, [], [])) == {}
+
+
+def test_the_window_of_a_real_response_is_in_utc(stubs: Stubs) -> None:
+    """botocore parses the timestamps into datetimes: the table shows them to the minute, in UTC."""
+    from datetime import datetime, timezone
+
+    response = copy.deepcopy(recorded("describe_capacity_reservations_active"))
+    response["CapacityReservations"][0].update(
+        StartDate=datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc),
+        EndDate=datetime(2026, 12, 4, 11, 30, tzinfo=timezone.utc),
+    )
+    stubs.capacity_reservation(response)
+    report = preflight.check(fleet_needs(), None, stubs.clients["ec2"])
+    assert report.reservations[0].window == "2026-11-20 08:00 UTC - 2026-12-04 11:30 UTC"
