@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_constructs.training_spec.preferences import placement
+
 __all__ = ["LocalHostResult", "LocalJobError", "LocalJobResult", "local_code_channels", "run_local_job"]
 
 #: The instance type the local tree reports: the launcher then expects the GPUs this machine shows.
@@ -242,7 +244,8 @@ def run_local_job(
     if missing:
         raise LocalJobError(f"channels {missing} have no local data; allowed: --channel NAME=FOLDER for each of them")
     command = _command(request)
-    count = int(request.get("ResourceConfig", {}).get("InstanceCount", 1))
+    # On a fallback list the local run is the first type's: capacity is always free here.
+    count = int(placement(request.get("ResourceConfig", {}))[1] or 1)
     hosts = [f"algo-{i + 1}" for i in range(count)]
     out = Path(output_dir) if output_dir is not None else Path(tempfile.mkdtemp(prefix="gpuctl-local-"))
     out.mkdir(parents=True, exist_ok=True)

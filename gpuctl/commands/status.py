@@ -10,6 +10,7 @@ import argparse
 import datetime as _dt
 from typing import Any
 
+from gpu_constructs.training_spec.preferences import placement, placement_text
 from gpuctl import training_setup as common
 from gpuctl.aws_errors import explain, explain_failure_reason
 from gpuctl.commands import add_command
@@ -49,7 +50,7 @@ def format_job(job: dict[str, Any], region: str | None) -> str:
     resources = job.get("ResourceConfig", {})
     lines = [
         f"{name}: {job.get('TrainingJobStatus', '?')} ({job.get('SecondaryStatus', '?')})",
-        f"  instances: {resources.get('InstanceCount', '?')} x {resources.get('InstanceType', '?')}"
+        f"  instances: {placement_text(resources)}"
         + ("  (managed spot)" if job.get("EnableManagedSpotTraining") else ""),
     ]
     elapsed = _elapsed(job)
@@ -77,7 +78,7 @@ def format_job(job: dict[str, Any], region: str | None) -> str:
     if reason:
         problem = explain_failure_reason(
             reason,
-            instance_type=resources.get("InstanceType"),
+            instance_type=placement(resources)[0],
             region=region,
             spot=bool(job.get("EnableManagedSpotTraining")),
             job_name=name,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gpu_constructs.training_spec.preferences import placement, placement_text
 from gpuctl import training_setup as common
 from gpuctl.aws_errors import AwsProblem, explain
 from gpuctl.commands import add_command
@@ -383,14 +384,14 @@ def run(args: argparse.Namespace) -> int:
         raise explain(
             exc,
             operation="CreateTrainingJob",
-            instance_type=request["ResourceConfig"]["InstanceType"],
+            instance_type=placement(request["ResourceConfig"])[0],
             region=setup.region,
             spot=bool(request.get("EnableManagedSpotTraining")),
             job_name=job_name,
         ) from exc
     print(f"started {job_name}")
     print(f"  arn:     {response.get('TrainingJobArn', '')}")
-    print(f"  type:    {request['ResourceConfig']['InstanceCount']} x {request['ResourceConfig']['InstanceType']}")
+    print(f"  type:    {placement_text(request['ResourceConfig'])}")
     print(f"  console: {console_url(setup.region, job_name)}")
     print(f"  watch:   gpuctl status {job_name}    gpuctl logs {job_name} --follow")
     if args.wait:

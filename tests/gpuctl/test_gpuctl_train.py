@@ -336,6 +336,28 @@ def test_status_shows_progress_and_metrics(aws: Recorder, capsys: pytest.Capture
     assert "model: s3://gpu-dev-artifacts/output/gpu-dev-train/x/output/model.tar.gz" in out
 
 
+def test_status_shows_the_type_selected_from_a_fallback_list(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
+    listed = {
+        "InstancePreferences": [
+            {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
+            {"InstanceType": "ml.p4de.24xlarge", "InstanceCount": 2},
+        ],
+        "VolumeSizeInGB": 100,
+    }
+    waiting = {**FAILED_JOB, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting", "ResourceConfig": listed}
+    del waiting["FailureReason"]
+    selected = {**listed, "SelectedInstanceType": "ml.p4de.24xlarge", "SelectedInstanceCount": 2}
+    failed = {**FAILED_JOB, "ResourceConfig": selected}
+    for job in (waiting, failed):
+        aws.stub("sagemaker").add_response("describe_training_job", job, {"TrainingJobName": "gpu-dev-train-f"})
+    assert main(["status", "gpu-dev-train-f", *SETUP]) == 0
+    assert "instances: first with capacity of ml.p4d.24xlarge x 2, ml.p4de.24xlarge x 2" in capsys.readouterr().out
+    assert main(["status", "gpu-dev-train-f", *SETUP]) == 1
+    out = capsys.readouterr().out
+    assert "instances: 2 x ml.p4de.24xlarge (selected from ml.p4d.24xlarge x 2, ml.p4de.24xlarge x 2)" in out
+    assert "SageMaker could not get ml.p4de.24xlarge capacity" in out  # the selected type's quota and capacity
+
+
 def test_status_without_a_job_lists_the_setups_jobs(aws: Recorder, capsys: pytest.CaptureFixture) -> None:
     _describe_stack(aws)
     aws.stub("sagemaker").add_response(

@@ -123,8 +123,19 @@ def test_gpuctl_train_synth_dry_run_needs_no_account(outdir: Path, no_aws: None,
     request = json.loads(capsys.readouterr().out)
     assert request["TrainingJobName"] == "gpu-dev-train-s"
     assert request["RoleArn"].split(":")[4] == PLACEHOLDER_ACCOUNT
-    assert request["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"  # config/dev.yaml's training section
+    # config/dev.yaml's training section: the fallback list, SageMaker picks the first type with capacity
+    assert [p["InstanceType"] for p in request["ResourceConfig"]["InstancePreferences"]] == [
+        "ml.g5.xlarge",
+        "ml.g5.2xlarge",
+        "ml.g6.2xlarge",
+    ]
+    assert "InstanceType" not in request["ResourceConfig"] and "EnableManagedSpotTraining" not in request
     assert service_model_problems("CreateTrainingJob", request) == []
+    # --instance-type: that type only
+    argv = ["train", "--synth", str(outdir), "--job-name", "gpu-dev-train-s", "--instance-type", "ml.g6.2xlarge"]
+    assert main([*argv, "--dry-run"]) == 0
+    one = json.loads(capsys.readouterr().out)["ResourceConfig"]
+    assert (one["InstanceType"], one["InstanceCount"]) == ("ml.g6.2xlarge", 1) and "InstancePreferences" not in one
 
 
 def test_gpuctl_train_synth_with_a_source_dir_names_the_upload(
@@ -203,7 +214,18 @@ def test_gpuctl_train_synth_local_gives_your_script_only_your_hyperparameters(
     (source / "train.py").write_text(ARGPARSE_SCRIPT)
     data = tmp_path / "data"
     data.mkdir()
-    base = ["train", "--synth", str(outdir), "--source-dir", str(source), "-p", "lr=0.01"]
+    # one type (dev's first choice): its derived distribution, not the fallback list's per-host defaults
+    base = [
+        "train",
+        "--synth",
+        str(outdir),
+        "--source-dir",
+        str(source),
+        "-p",
+        "lr=0.01",
+        "--instance-type",
+        "ml.g5.xlarge",
+    ]
     assert main([*base, "--dry-run"]) == 0
     request = json.loads(capsys.readouterr().out)
     assert request["HyperParameters"] == {"lr": "0.01"}
@@ -246,7 +268,8 @@ def test_gpuctl_train_synth_local_gives_the_built_in_trainer_its_defaults(
     shards = tmp_path / "shards"
     pack.pack(images, str(shards), image_size=32, target_bytes=64 * 1024, seed=1, progress=False)
     tiny = {"arch": "resnet_tiny", "width": "8", "batch_size": "8", "max_steps": "2", "log_steps": "1"}
-    argv = ["train", "--synth", str(outdir), *[a for k, v in tiny.items() for a in ("-p", f"{k}={v}")]]
+    argv = ["train", "--synth", str(outdir), "--instance-type", "ml.g5.xlarge"]
+    argv += [a for k, v in tiny.items() for a in ("-p", f"{k}={v}")]
     argv += ["--local", "--channel", f"train={shards}", "--channel", f"validation={shards}"]
     assert main([*argv, "--output", str(tmp_path / "out")]) == 0, capsys.readouterr()
     assert "algo-1: exit 0" in capsys.readouterr().out

@@ -44,6 +44,8 @@ __all__ = [
     "TRAINING_PLAN_ARN_RE",
     "InstancePreference",
     "as_preference",
+    "placement",
+    "placement_text",
     "preference_problems",
     "render_preferences",
 ]
@@ -216,3 +218,38 @@ def render_preferences(
     if training_plan_arn is not None:
         out["TrainingPlanArn"] = training_plan_arn
     return out
+
+
+def placement(resource_config: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """``(instance type, count)`` a job with this ``ResourceConfig`` runs on, or would run on when capacity is free:
+    the type SageMaker selected (``SelectedInstanceType`` / ``SelectedInstanceCount``, in a DescribeTrainingJob
+    response), else ``InstanceType`` / ``InstanceCount``, else the first entry of ``InstancePreferences`` (its count,
+    or the job's). ``None`` for what the config does not say."""
+    selected = resource_config.get("SelectedInstanceType")
+    if isinstance(selected, str):
+        return selected, resource_config.get("SelectedInstanceCount", resource_config.get("InstanceCount"))
+    if isinstance(resource_config.get("InstanceType"), str):
+        return resource_config["InstanceType"], resource_config.get("InstanceCount")
+    listed = resource_config.get("InstancePreferences") or []
+    if listed and isinstance(listed[0], Mapping):
+        return listed[0].get("InstanceType"), listed[0].get("InstanceCount", resource_config.get("InstanceCount"))
+    return None, resource_config.get("InstanceCount")
+
+
+def placement_text(resource_config: Mapping[str, Any]) -> str:
+    """The job's instances for people: ``2 x ml.p4d.24xlarge``; on a fallback list, which type SageMaker selected (or
+    that it has not yet) and the list: ``2 x ml.p4de.24xlarge (selected from ml.p4d.24xlarge x 2, ml.p4de.24xlarge x
+    2)``, ``first with capacity of ml.g5.xlarge, ml.g5.2xlarge (1 each)``."""
+    listed = [p for p in resource_config.get("InstancePreferences") or [] if isinstance(p, Mapping)]
+    job_count = resource_config.get("InstanceCount")
+    if not listed:
+        return f"{job_count if job_count is not None else '?'} x {resource_config.get('InstanceType', '?')}"
+    names = ", ".join(
+        f"{p.get('InstanceType')} x {p['InstanceCount']}" if "InstanceCount" in p else str(p.get("InstanceType"))
+        for p in listed
+    )
+    selected = resource_config.get("SelectedInstanceType")
+    if isinstance(selected, str):
+        return f"{resource_config.get('SelectedInstanceCount', job_count) or '?'} x {selected} (selected from {names})"
+    each = f" ({job_count} each)" if job_count is not None else ""
+    return f"first with capacity of {names}{each}"
