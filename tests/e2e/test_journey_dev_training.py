@@ -98,11 +98,16 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def train_request(definition: dict[str, Any], execution_input: dict[str, Any]) -> dict[str, Any]:
-    """The CreateTrainingJob parameters the ``Train`` task sends for ``execution_input``."""
+    """The CreateTrainingJob parameters the execution sends for ``execution_input``: the ``Train`` task's (an
+    execution that names its instance type) or the ``TrainOnPreferences`` task's (dev's fallback list otherwise)."""
     outcome = run(definition, execution_input)
     assert outcome.status == "PAUSED_AT_TASK", (outcome.status, outcome.error, outcome.cause)
-    call = outcome.task("Train")
-    assert call.resource.endswith(":states:::sagemaker:createTrainingJob.sync")
+    (call,) = outcome.tasks
+    listed = "instance_type" not in execution_input
+    assert call.state == ("TrainOnPreferences" if listed else "Train")
+    assert call.resource.endswith(
+        ":states:::aws-sdk:sagemaker:createTrainingJob" if listed else ":states:::sagemaker:createTrainingJob.sync"
+    )
     return copy.deepcopy(call.parameters)
 
 
@@ -254,12 +259,14 @@ def test_an_execution_with_its_own_code_sends_only_its_hyperparameters(
         "GPU_TRAIN_NUM_WORKERS": "10",
     }  # 4 GPUs, 48 vCPUs
     assert train_request(definition, {"code": uri, "entry_point": "train.py"})["HyperParameters"] == {}
+    # on dev's fallback list (ml.g5.xlarge, 2xlarge, g6.2xlarge: one GPU each, 4 or 8 vCPUs) the loader workers are
+    # the runtime's per-host default (-1)
     builtin = train_request(definition, {"hyperparameters": {"lr": 0.01}})
     assert builtin["HyperParameters"] == {
-        "processes_per_host": "1", "num_workers": "2", "arch": "resnet50", "epochs": "10", "batch_size": "128",
+        "processes_per_host": "1", "num_workers": "-1", "arch": "resnet50", "epochs": "10", "batch_size": "128",
         "lr": "0.01",
     }  # fmt: skip
-    assert builtin["Environment"] == {"GPU_TRAIN_PROCESSES_PER_HOST": "1", "GPU_TRAIN_NUM_WORKERS": "2"}
+    assert builtin["Environment"] == {"GPU_TRAIN_PROCESSES_PER_HOST": "1", "GPU_TRAIN_NUM_WORKERS": "-1"}
 
 
 def _datasets_bucket(definition: dict[str, Any]) -> str:
