@@ -16,8 +16,10 @@ synthesized ones, and a manual approval waits for a reviewer.
 The read-only steps reach the stage's account the way ``cdk diff`` does: in the pipeline's own account their
 CodeBuild role is granted exactly the calls they make (:func:`gpuctl.commands.preflight.read_permissions` of the
 stage's config; ``cloudformation:GetTemplate`` on the stage's stacks); in another account they assume that
-account's CDK bootstrap lookup role (read-only, trusted by ``cdk bootstrap --trust``) through an AWS CLI profile
-with ``credential_source = EcsContainer`` (the CodeBuild container's credentials).
+account's CDK bootstrap lookup role through an AWS CLI profile with ``credential_source = EcsContainer`` (the
+CodeBuild container's credentials). The CDK CLI's bootstrap template (``lib/api/bootstrap/bootstrap-template.yaml``
+of the pinned ``aws-cdk``) gives ``LookupRole`` the managed policy ``ReadOnlyAccess`` and trusts the accounts of
+``--trust-for-lookup`` and ``--trust``, so a pipeline account bootstrapped as trusted may read through it.
 
 Artifacts go to a versioned, KMS-encrypted, access-logged bucket; CodeBuild logs to a KMS-encrypted log group.
 
