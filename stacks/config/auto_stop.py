@@ -47,13 +47,17 @@ class TrainingAutoStopConfig(_AutoStop):
 
 
 class FleetAutoStopConfig(_AutoStop):
-    """``fleets.groups[].auto_stop``: scale the group to 0 when its idle alarm (``idle_gpu_percent`` for
-    ``idle_minutes``) fires."""
+    """``fleets.groups[].auto_stop``: scale the group to 0 when its idle alarm fires.
+
+    The alarm is the group's: average GPU utilization under ``idle_gpu_percent`` for ``idle_minutes``.
+    """
 
 
 class NotebookAutoStopConfig(_AutoStop):
-    """``fleets.notebooks[].auto_stop``: stop the notebook this long after it started (notebook instances publish
-    no utilization metric; the ML storage volume is kept)."""
+    """``fleets.notebooks[].auto_stop``: stop the notebook a session limit after it started; its volume is kept.
+
+    Notebook instances publish no utilization metric, so the rule is a session limit, not an activity check.
+    """
 
     max_session_minutes: SessionMinutes = Field(
         480, description="Stop the notebook this long after it started (60 to 10080 minutes)"
