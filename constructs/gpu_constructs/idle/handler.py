@@ -14,8 +14,9 @@ construct); ``handler`` takes one of two events:
 status has been ``Training`` for at least the idle period, and over that period either every host's GPUs were
 idle (the ``Maximum`` of ``GPUUtilization`` of each 5-minute bucket under the threshold, with a data point in
 every bucket) or the job's progress metric (a metric of its ``MetricDefinitions``, one data point per log line
-with a step) recorded no data point at all. A job with no data yet (just started, still downloading) is left
-alone: missing data never stops anything. SageMaker publishes per-host utilization in the namespace
+with a step) recorded no data point although it had recorded some earlier in the job (a job that never logs it is
+judged by its GPUs alone). A job with no data yet (just started, still downloading) is left alone: missing data
+never stops anything. SageMaker publishes per-host utilization in the namespace
 ``/aws/sagemaker/TrainingJobs`` with the dimension ``Host``, whose value "has the format
 [training-job-name]/algo-[instance-number-in-cluster]", and ``GPUUtilization`` is "The percentage of GPU units
 that are used by the ML compute instances on the host. The value range is 0 to 100 and is multiplied by the
@@ -231,12 +232,25 @@ def idle_reason(cloudwatch: Any, job: Mapping[str, Any], settings: TrainingSetti
             f"the GPUs of its {hosts} host(s) stayed under {limit:g}% utilization for {settings.idle_minutes} "
             f"minutes (peak {peak:g}%, summed over a host's GPUs)"
         )
-    if settings.progress_metric and not any(results.get("progress", [])):
+    metric = settings.progress_metric
+    if metric and not any(results.get("progress", [])) and _logged(cloudwatch, name, metric, since, now - window):
         return (
-            f"its step counter did not advance for {settings.idle_minutes} minutes (no {settings.progress_metric} "
-            "data point in its logs)"
+            f"its step counter did not advance for {settings.idle_minutes} minutes (no {metric} data point in its "
+            "logs since the last one)"
         )
     return None
+
+
+def _logged(cloudwatch: Any, job_name: str, metric: str, start: datetime, end: datetime) -> bool:
+    """Whether the job logged ``metric`` between ``start`` and ``end``: a job that never logs it (custom code with
+    other metric lines) is judged by its GPUs alone; one that logged it and stopped has stalled."""
+    seconds = max(60, -(-int((end - start).total_seconds()) // 60) * 60)  # one bucket, whole minutes
+    query = _queries(job_name, 0, metric)[0]
+    query["Id"], query["MetricStat"]["Period"] = "history", seconds
+    response = cloudwatch.get_metric_data(
+        MetricDataQueries=[query], StartTime=start, EndTime=end, ScanBy="TimestampAscending"
+    )
+    return any(any(r.get("Values", [])) for r in response.get("MetricDataResults", []))
 
 
 def _training_jobs(sagemaker: Any, prefix: str) -> list[str]:

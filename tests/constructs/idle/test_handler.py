@@ -100,6 +100,32 @@ class Stubs:
             },
         )
 
+    def history(self, values: list[float]) -> None:
+        """The progress metric from the start of training to the start of the idle window (one bucket)."""
+        self.stubbers["cloudwatch"].add_response(
+            "get_metric_data",
+            {"MetricDataResults": [{"Id": "history", "Label": "history", "Values": values, "StatusCode": "Complete"}]},
+            {
+                "MetricDataQueries": [
+                    {
+                        "Id": "history",
+                        "MetricStat": {
+                            "Metric": {
+                                "Namespace": "/aws/sagemaker/TrainingJobs",
+                                "MetricName": "train:samples_per_sec",
+                                "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}],
+                            },
+                            "Period": 3240,  # 02:06 (training began) to 03:00 (the window's start)
+                            "Stat": "SampleCount",
+                        },
+                    }
+                ],
+                "StartTime": datetime(2026, 11, 28, 2, 6, tzinfo=timezone.utc),
+                "EndTime": NOW - timedelta(minutes=60),
+                "ScanBy": "TimestampAscending",
+            },
+        )
+
     def stop_job(self, name: str) -> None:
         self.stubbers["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": name})
 
@@ -162,6 +188,7 @@ def test_stalled_step_counter_stops_a_job_whose_gpus_look_busy(stubs: Stubs) -> 
     stubs.list_jobs(JOB)
     stubs.describe(recorded("describe_training_job_idle"))
     stubs.metrics({"gpu1": [99.0] * 12, "gpu2": [99.0] * 12}, expected_ids=IDS)
+    stubs.history([40.0])  # it logged steps before the window
     stubs.stop_job(JOB)
     stubs.published()
     result = handler.run(recorded("scheduled"), training_settings(), stubs.clients, now=NOW)
@@ -362,3 +389,11 @@ def test_the_handler_reads_in_the_buckets_the_limits_are_made_of() -> None:
     from gpu_constructs.idle.limits import BUCKET_MINUTES
 
     assert handler.BUCKET_SECONDS == BUCKET_MINUTES * 60
+
+
+def test_a_job_that_never_logs_the_progress_metric_is_judged_by_its_gpus_alone(stubs: Stubs) -> None:
+    stubs.list_jobs(JOB)
+    stubs.describe(recorded("describe_training_job_idle"))
+    stubs.metrics({"gpu1": [99.0] * 12, "gpu2": [99.0] * 12}, expected_ids=IDS)
+    stubs.history([])
+    assert handler.run(recorded("scheduled"), training_settings(), stubs.clients, now=NOW)["actions"] == []
