@@ -290,6 +290,11 @@ class TrainingPrepareConfig(StrictModel):
     image_size: int = Field(224, description="gpuctl shard --image-size")
     shard_size: str = Field("128MB", description="gpuctl shard --shard-size")
     max_runtime_hours: ProcessingHours = Field(24, description="Processing job time limit, hours (1-120)")
+    instance_preferences: tuple[str, ...] | None = Field(
+        None,
+        description="Fallback list of processing types starting with instance_type (1-5, each once, one storage "
+        "kind): the job starts on the first with capacity (ProcessingClusterConfig.InstancePreferences)",
+    )
 
     @field_validator("source_prefix")
     @classmethod
@@ -304,6 +309,28 @@ class TrainingPrepareConfig(StrictModel):
         if not processing_type_allowed(value, where="training.prepare"):
             raise ValueError(f"allowed: {PROCESSING_TYPES_ALLOWED}")
         return value
+
+    @model_validator(mode="after")
+    def _preferences(self) -> TrainingPrepareConfig:
+        """The fallback list, by the library's rules for it (a processing job's: types, first entry, each once,
+        1-5, one storage kind)."""
+        from gpu_constructs.training_spec import ShardingJobSpec, ShardSplit
+
+        if self.instance_preferences is None:
+            return self
+        if not self.instance_preferences:
+            raise ValueError("instance_preferences: [] is empty; allowed: null (one type) or 1 to 5 types")
+        probe = ShardingJobSpec(
+            image_uri="probe",
+            role_arn="probe",
+            splits=(ShardSplit("probe", "s3://probe-bucket/raw/", "s3://probe-bucket/shards/"),),
+            instance_type=self.instance_type,
+            instance_preferences=self.instance_preferences,
+        )
+        problems = [p for p in probe.problems() if p.startswith("instance_preferences")]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def options(self, splits: tuple[str, ...]) -> PrepareOptions | None:
         """The library's :class:`~gpu_constructs.training.PrepareOptions` (``None`` when the step is off)."""
@@ -322,6 +349,7 @@ class TrainingPrepareConfig(StrictModel):
             max_runtime=Duration.hours(self.max_runtime_hours),
             run_by_default=self.run_by_default,
             splits=splits,
+            instance_preferences=tuple(self.instance_preferences or ()),
         )
 
 

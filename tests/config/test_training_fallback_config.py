@@ -145,3 +145,19 @@ def test_a_repeated_type_is_refused() -> None:
 def test_sagemakers_other_rules_for_the_list(items: str, extra: str, message: str) -> None:
     problem = _error("dev", **{DEV_LIST: f"instance_preferences: [{items}]{extra}"})
     assert message in problem
+
+
+PREPARE_TYPE = "    instance_type: ml.m5.4xlarge\n"
+
+
+def test_the_prepare_step_takes_a_processing_fallback_list() -> None:
+    text = (CONFIG_DIR / "dev.yaml").read_text()
+    listed = text.replace(PREPARE_TYPE, PREPARE_TYPE + "    instance_preferences: [ml.m5.4xlarge, ml.c5.4xlarge]\n")
+    assert parse_config(listed, Path("config/dev.yaml")).training.prepare.instance_preferences == (
+        "ml.m5.4xlarge",
+        "ml.c5.4xlarge",
+    )
+    problem = _error(
+        "dev", **{PREPARE_TYPE: PREPARE_TYPE + "    instance_preferences: [ml.m5.4xlarge, ml.g5.4xlarge]\n"}
+    )
+    assert problem.startswith("  training.prepare: instance_preferences ['ml.g5.4xlarge'] have local NVMe storage")

@@ -30,7 +30,7 @@ from constructs import Construct
 
 from gpu_constructs.catalog import processes_per_host_limit
 from gpu_constructs.errors import path_of
-from gpu_constructs.training.fallback_states import preference_branch, use_preferences
+from gpu_constructs.training.fallback_states import preference_branch, prepare_on_list, use_preferences
 from gpu_constructs.training.roles import JobKind, job_arn
 from gpu_constructs.training_spec import (
     CHANNEL_NAME_MAX,
@@ -361,16 +361,22 @@ def _result_states(scope: Construct) -> sfn.Chain:
 def _prepare_branch(scope: Construct, inputs: DefinitionInputs, train: sfn.IChainable) -> sfn.Choice:
     """PrepareData? -> ShardDataset -> Train (or straight to Train)."""
     assert inputs.sharding_spec is not None
-    prepare_state = _sync_task(
-        scope,
-        "ShardDataset",
-        "gpuctl shard in the training image: raw files -> tar shards for this data version",
-        "createProcessingJob",
-        inputs.sharding_spec.to_sfn_parameters(where=path_of(scope)),
-        "$.prepare",
-    )
-    prepare_state.add_catch(_failure_branch(scope, "Processing", inputs.shard_job_name_prefix), result_path="$.error")
-    prepare_state.next(train)
+    failure = _failure_branch(scope, "Processing", inputs.shard_job_name_prefix)
+    if inputs.sharding_spec.instance_preferences:
+        prepare_state = prepare_on_list(
+            scope, inputs.sharding_spec, job_name_prefix=inputs.shard_job_name_prefix, failure=failure, then=train
+        )
+    else:
+        prepare_state = _sync_task(
+            scope,
+            "ShardDataset",
+            "gpuctl shard in the training image: raw files -> tar shards for this data version",
+            "createProcessingJob",
+            inputs.sharding_spec.to_sfn_parameters(where=path_of(scope)),
+            "$.prepare",
+        )
+        prepare_state.add_catch(failure, result_path="$.error")
+        prepare_state.next(train)
     choice = sfn.Choice(scope, "PrepareData?")
     choice.when(sfn.Condition.boolean_equals("$.args.prepare", True), prepare_state).otherwise(train)
     return choice

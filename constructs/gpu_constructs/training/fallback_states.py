@@ -26,6 +26,10 @@ execution history size: 25,000 events. If the execution history reaches this quo
 :data:`MAX_POLLS` polls of about ten events each, and never more often than once a minute.
 
 Unlike ``.sync``, stopping the execution does not stop the job: ``gpuctl stop`` (``StopTrainingJob``) does.
+
+The prepare step's processing job on a fallback list (``ProcessingClusterConfig.InstancePreferences``) runs the same
+way (:func:`prepare_on_list`): ``ShardDataset`` on ``aws-sdk:sagemaker:createProcessingJob``, then
+``WaitForShardDataset`` -> ``DescribeShardDataset`` -> ``ShardDatasetStatus?``.
 """
 
 from __future__ import annotations
@@ -38,14 +42,15 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from gpu_constructs.training.roles import job_arn
-from gpu_constructs.training_spec import SfnPaths, TrainingJobSpec, seconds_of
+from gpu_constructs.training.roles import JobKind, job_arn
+from gpu_constructs.training_spec import SfnPaths, ShardingJobSpec, TrainingJobSpec, seconds_of
 
 __all__ = [
     "CAPACITY_KEY",
     "MAX_POLLS",
     "poll_interval_s",
     "preference_branch",
+    "prepare_on_list",
     "use_preferences",
 ]
 
@@ -58,8 +63,8 @@ MAX_POLLS = 2000
 MIN_POLL_S = 60
 
 
-def poll_interval_s(spec: TrainingJobSpec) -> int:
-    """Seconds between two ``DescribeTrainingJob`` calls: ``(MaxRuntime + 1 h) / MAX_POLLS``, at least a minute."""
+def poll_interval_s(spec: TrainingJobSpec | ShardingJobSpec) -> int:
+    """Seconds between two ``Describe*Job`` calls: ``(MaxRuntime + 1 h) / MAX_POLLS``, at least a minute."""
     runtime = seconds_of(spec.max_runtime)
     total = (runtime if isinstance(runtime, int) else 28 * 24 * 3600) + 3600
     return max(MIN_POLL_S, math.ceil(total / MAX_POLLS))
@@ -104,25 +109,6 @@ def preference_branch(
             "ResultPath": "$.created",
         },
     )
-    create.add_catch(failure, result_path="$.error")
-    wait = sfn.Wait(
-        scope,
-        "WaitForTrainingJob",
-        comment="Poll interval: (MaxRuntime + 1 h) / 2000, so the history stays under 25,000 events",
-        time=sfn.WaitTime.duration(Duration.seconds(poll_interval_s(spec))),
-    )
-    describe = tasks.CallAwsService(
-        scope,
-        "DescribeTrainingJob",
-        service="sagemaker",
-        action="describeTrainingJob",
-        iam_action="sagemaker:DescribeTrainingJob",
-        iam_resources=[job_arn(scope, "training-job", job_name_prefix)],
-        parameters={"TrainingJobName": sfn.JsonPath.string_at("$.args.job_name")},
-        result_path="$.training",
-    )
-    describe.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(30), max_attempts=5, backoff_rate=2)
-    describe.add_catch(failure, result_path="$.error")
     selected = sfn.Pass.jsonata(
         scope,
         "SelectedInstanceType",
@@ -131,19 +117,101 @@ def preference_branch(
         "$states.input.training.ResourceConfig.SelectedInstanceType}])}]) %}",
     )
     selected.next(result)
-    status = sfn.Choice(scope, "TrainingJobStatus?", comment="Completed, Failed or Stopped end the loop")
-    status.when(sfn.Condition.string_equals("$.training.TrainingJobStatus", "Completed"), selected)
-    status.when(
-        sfn.Condition.or_(
-            sfn.Condition.string_equals("$.training.TrainingJobStatus", "Failed"),
-            sfn.Condition.string_equals("$.training.TrainingJobStatus", "Stopped"),
-        ),
-        failure,
+    _wait_loop(
+        scope,
+        create,
+        ("WaitForTrainingJob", "DescribeTrainingJob", "TrainingJobStatus?"),
+        kind="Training",
+        job_name_path="$.args.job_name",
+        job_name_prefix=job_name_prefix,
+        result_path="$.training",
+        interval_s=poll_interval_s(spec),
+        failure=failure,
+        done=selected,
     )
-    status.otherwise(wait)
-    create.next(wait).next(describe).next(status)
     return (
         sfn.Choice(scope, "TrainOnList?", comment="No instance_type in the input: the fallback list; else that type")
         .when(sfn.Condition.is_present(f"$.{CAPACITY_KEY}"), create)
         .otherwise(train)
     )
+
+
+def prepare_on_list(
+    scope: Construct, spec: ShardingJobSpec, *, job_name_prefix: str, failure: sfn.IChainable, then: sfn.IChainable
+) -> sfn.CustomState:
+    """``ShardDataset`` on the prepare step's fallback list (the AWS SDK integration), its wait loop, then ``then``;
+    ``failure`` describes a failed processing job (named ``<job_name_prefix>-*``)."""
+    create = sfn.CustomState(
+        scope,
+        "ShardDataset",
+        state_json={
+            "Type": "Task",
+            "Comment": "gpuctl shard in the training image on the first processing type with capacity "
+            "(InstancePreferences, through the AWS SDK integration)",
+            "Resource": f"arn:{Stack.of(scope).partition}:states:::aws-sdk:sagemaker:createProcessingJob",
+            "Parameters": spec.to_sfn_parameters(where=scope.node.path),
+            "ResultPath": "$.prepare",
+        },
+    )
+    create.add_catch(failure, result_path="$.error")
+    _wait_loop(
+        scope,
+        create,
+        ("WaitForShardDataset", "DescribeShardDataset", "ShardDatasetStatus?"),
+        kind="Processing",
+        job_name_path="$.args.prepare_job_name",
+        job_name_prefix=job_name_prefix,
+        result_path="$.prepare",
+        interval_s=poll_interval_s(spec),
+        failure=failure,
+        done=then,
+    )
+    return create
+
+
+def _wait_loop(
+    scope: Construct,
+    create: sfn.CustomState,
+    ids: tuple[str, str, str],
+    *,
+    kind: JobKind,
+    job_name_path: str,
+    job_name_prefix: str,
+    result_path: str,
+    interval_s: int,
+    failure: sfn.IChainable,
+    done: sfn.IChainable,
+) -> None:
+    """``create`` -> Wait -> ``Describe<kind>Job`` -> Choice on its status: ``Completed`` to ``done``, ``Failed`` or
+    ``Stopped`` to ``failure``, otherwise wait again (``ids``: the three states' ids)."""
+    job = f"{kind}Job"
+    wait = sfn.Wait(
+        scope,
+        ids[0],
+        comment="Poll interval: (MaxRuntime + 1 h) / 2000, so the history stays under 25,000 events",
+        time=sfn.WaitTime.duration(Duration.seconds(interval_s)),
+    )
+    describe = tasks.CallAwsService(
+        scope,
+        ids[1],
+        service="sagemaker",
+        action=f"describe{job}",
+        iam_action=f"sagemaker:Describe{job}",
+        iam_resources=[job_arn(scope, "training-job" if kind == "Training" else "processing-job", job_name_prefix)],
+        parameters={f"{job}Name": sfn.JsonPath.string_at(job_name_path)},
+        result_path=result_path,
+    )
+    describe.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(30), max_attempts=5, backoff_rate=2)
+    describe.add_catch(failure, result_path="$.error")
+    status_path = f"{result_path}.{job}Status"
+    status = sfn.Choice(scope, ids[2], comment="Completed, Failed or Stopped end the loop")
+    status.when(sfn.Condition.string_equals(status_path, "Completed"), done)
+    status.when(
+        sfn.Condition.or_(
+            sfn.Condition.string_equals(status_path, "Failed"),
+            sfn.Condition.string_equals(status_path, "Stopped"),
+        ),
+        failure,
+    )
+    status.otherwise(wait)
+    create.next(wait).next(describe).next(status)

@@ -79,6 +79,10 @@ class PrepareOptions:
     :param run_by_default: run the step when the execution input does not say (default False).
     :param command: the program the image runs, before ``SRC DEST`` and the options (default
         ``("python3", "-m", "gpu_train", "shard")``, the training image's copy of ``gpuctl shard``).
+    :param instance_preferences: a fallback list of processing types starting with ``instance_type`` (1-5; default:
+        none). The processing job then asks SageMaker for the first type with capacity
+        (``ProcessingClusterConfig.InstancePreferences``), created through the AWS SDK integration with a describe
+        loop (:func:`gpu_constructs.training.fallback_states.prepare_on_list`).
     """
 
     source_prefix: str
@@ -91,6 +95,7 @@ class PrepareOptions:
     max_runtime: Duration | None = None
     run_by_default: bool = False
     command: tuple[str, ...] = ("python3", "-m", "gpu_train", "shard")
+    instance_preferences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -691,6 +691,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             job_name_prefix=self.shard_job_name_prefix,
             tags=dict(tags or {}),
             drivers_s3_uri=self.driver_asset.s3_object_url,
+            instance_preferences=tuple(prepare.instance_preferences),
         )
         problems = spec.problems()
         if problems:

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from gpu_constructs.catalog import lookup
 from gpu_constructs.errors import ValidationError
 from gpu_constructs.training_spec.code import DRIVERS_CHANNEL
 from gpu_constructs.training_spec.limits import PROCESSING_MAX_RUNTIME_S
+from gpu_constructs.training_spec.preferences import InstancePreference, preference_problems
 from gpu_constructs.training_spec.rules import (
     PROCESSING_TYPES_ALLOWED,
     as_timedelta,
@@ -66,6 +68,12 @@ class ShardingJobSpec:
     :param drivers_s3_uri: the platform's launcher zipapp (``s3://bucket/key``): delivered as the processing input
         ``sm_drivers`` and run as ``python3 <zipapp> shard``, so the step runs on any image with Python (the stock
         DLC included). Default: none, ``command`` runs the image's own ``gpu_train``.
+    :param instance_preferences: a fallback list of processing types starting with ``instance_type`` (1-5, each
+        once; default: none, ``instance_type`` only), rendered as ``ProcessingClusterConfig.InstancePreferences``
+        (botocore 1.44.8: "An ordered list of ML compute instance types for the processing job, in priority order.
+        Amazon SageMaker launches the job on the first instance type in the list that has available capacity [...]
+        ``InstancePreferences`` is mutually exclusive with ``InstanceType``."), with the job's ``instance_count``.
+        Every type has the first one's storage kind (the job has one ``VolumeKmsKeyId``).
     """
 
     image_uri: str
@@ -89,9 +97,11 @@ class ShardingJobSpec:
     job_name_prefix: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     drivers_s3_uri: str | None = None
+    instance_preferences: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_runtime", as_timedelta(self.max_runtime))
+        object.__setattr__(self, "instance_preferences", tuple(self.instance_preferences))
 
     def problems(self) -> list[str]:
         out: list[str] = []
@@ -131,7 +141,32 @@ class ShardingJobSpec:
                 out.append(problem)
             if DRIVERS_CHANNEL in names:
                 out.append(f"split name={DRIVERS_CHANNEL!r} is the launcher's input; allowed: another name")
-        return out
+        return out + self._preference_problems()
+
+    def _preference_problems(self) -> list[str]:
+        """The fallback list: SageMaker's rules for it (:func:`~gpu_constructs.training_spec.preferences.
+        preference_problems`) and every type a processing type."""
+        if not self.instance_preferences:
+            return []
+        out: list[str] = []
+        nvme: dict[str, bool] = {}
+        for name in dict.fromkeys(self.instance_preferences):
+            try:
+                if not processing_type_allowed(name, where="ShardingJobSpec"):
+                    out.append(f"instance_preferences: {name!r} is not accepted by SageMaker processing; allowed: "
+                               + PROCESSING_TYPES_ALLOWED)  # fmt: skip
+                nvme[name] = lookup(name).has_local_nvme
+            except ValidationError as exc:
+                out.append(f"instance_preferences: {exc.detail}")
+        listed = tuple(InstancePreference(name) for name in self.instance_preferences)
+        return out + preference_problems(
+            listed,
+            instance_type=self.instance_type,
+            instance_count=self.instance_count,
+            spot=False,
+            training_plan_arn=None,
+            local_nvme=nvme,
+        )
 
     def _script(self) -> str:
         """One shell line (SageMaker allows 256 characters per entrypoint item): shard each split given as an
@@ -168,7 +203,11 @@ class ShardingJobSpec:
             "ProcessingResources": {
                 "ClusterConfig": {
                     "InstanceCount": self.instance_count,
-                    "InstanceType": self.instance_type,
+                    **(
+                        {"InstancePreferences": [{"InstanceType": name} for name in self.instance_preferences]}
+                        if self.instance_preferences
+                        else {"InstanceType": self.instance_type}
+                    ),
                     "VolumeSizeInGB": self.volume_size_gb,
                     **({"VolumeKmsKeyId": self.volume_kms_key} if self.volume_kms_key else {}),
                 }
@@ -233,7 +272,8 @@ class ShardingJobSpec:
         data_version_path: str = "$.args.data_version",
         where: str = "ShardingJobSpec",
     ) -> dict[str, Any]:
-        """``Parameters`` of a ``sagemaker:createProcessingJob.sync`` task, validated with sample values."""
+        """``Parameters`` of a ``sagemaker:createProcessingJob.sync`` task (``aws-sdk:sagemaker:createProcessingJob``
+        with a fallback list), validated with sample values."""
         raise_problems(where, self.problems())
         tree = self._render(
             job_name=Dynamic(job_name_path, f"{self.job_name_prefix or 'shard'}-20250101-000000"),

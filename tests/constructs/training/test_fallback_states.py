@@ -14,7 +14,7 @@ from test_training import _Parts, definition, policy_statements
 
 from gpu_constructs import ValidationError
 from gpu_constructs.catalog import FallbackChoice
-from gpu_constructs.training import TrainingPipeline
+from gpu_constructs.training import PrepareOptions, TrainingPipeline
 from gpu_constructs.training.fallback_states import MAX_POLLS, poll_interval_s
 from gpu_constructs.training_spec import InstancePreference
 
@@ -216,3 +216,39 @@ def test_counts_per_type_plans_and_a_world_size_the_job_adapts_to(parts: _Parts)
     assert adapted.spec.preference_types == ("ml.g5.12xlarge", "ml.g5.48xlarge")
     planned = parts.pipeline(training_plan_arn=PLAN).spec.to_request("gpu-test-train-1")["ResourceConfig"]
     assert planned["TrainingPlanArn"] == PLAN and planned["InstanceType"] == "ml.g5.2xlarge"
+
+
+def test_the_prepare_step_on_a_fallback_list_creates_through_the_sdk_and_waits() -> None:
+    own = _Parts()
+    own.pipeline(prepare=PrepareOptions(source_prefix="raw/", instance_preferences=("ml.m5.4xlarge", "ml.c5.4xlarge")))
+    states = definition(assertions.Template.from_stack(own.stack).to_json())
+    shard = states["States"]["ShardDataset"]
+    assert shard["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:createProcessingJob"
+    cluster = shard["Parameters"]["ProcessingResources"]["ClusterConfig"]
+    assert cluster["InstancePreferences"] == [{"InstanceType": "ml.m5.4xlarge"}, {"InstanceType": "ml.c5.4xlarge"}]
+    assert "InstanceType" not in cluster and cluster["InstanceCount"] == 1
+    statuses = ["InProgress", "Completed"]
+
+    def results(state: str, parameters: dict[str, Any]) -> Any:
+        if state == "ShardDataset":
+            return {"ProcessingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:processing-job/x"}
+        if state == "DescribeShardDataset":
+            return {"ProcessingJobName": parameters["ProcessingJobName"], "ProcessingJobStatus": statuses.pop(0)}
+        assert state == "Train"
+        return _job("Completed", selected="ml.g5.2xlarge")
+
+    outcome = run(states, {"prepare": True, "instance_type": "ml.g5.2xlarge"}, task_results=results)
+    assert outcome.status == "SUCCEEDED"
+    assert [c.state for c in outcome.tasks] == ["ShardDataset", "DescribeShardDataset", "DescribeShardDataset", "Train"]
+    failed = run(
+        states,
+        {"prepare": True, "instance_type": "ml.g5.2xlarge"},
+        task_results=lambda state, parameters: (
+            {"ProcessingJobName": "p", "ProcessingJobStatus": "Failed", "FailureReason": "no capacity"}
+            if state != "ShardDataset"
+            else {}
+        ),
+    )
+    assert (failed.status, failed.error) == ("FAILED", "DataPreparationFailed")
+    with pytest.raises(ValidationError, match="instance_preferences repeats"):
+        own.pipeline(prepare=PrepareOptions(source_prefix="raw/", instance_preferences=("ml.m5.4xlarge",) * 2))

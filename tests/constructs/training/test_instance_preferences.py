@@ -153,3 +153,28 @@ def test_hyperparameter_overrides_are_checked_on_every_type_of_the_list() -> Non
     assert spec.preference_distribution() == {"processes_per_host": "0", "num_workers": "-1"}  # 4 vs 8 GPUs
     with pytest.raises(ValidationError, match=r"processes_per_host=8 is more than the 4 GPUs of 'ml\.g5\.12xlarge'"):
         spec.to_request("gpu-dev-train-1", hyperparameter_overrides={"processes_per_host": 8})
+
+
+def test_a_processing_job_on_a_fallback_list() -> None:
+    from gpu_constructs.training_spec import ShardingJobSpec, ShardSplit
+
+    split = ShardSplit("train", "s3://gpu-dev-datasets/raw/train/", "s3://gpu-dev-datasets/imagenet/v1/train/")
+    spec = ShardingJobSpec(
+        image_uri=IMAGE,
+        role_arn=ROLE,
+        splits=(split,),
+        instance_preferences=("ml.m5.4xlarge", "ml.c5.4xlarge"),
+        job_name_prefix="gpu-dev-train-shard",
+    )
+    cluster = spec.to_request("gpu-dev-train-shard-1")["ProcessingResources"]["ClusterConfig"]
+    assert cluster == {
+        "InstanceCount": 1,
+        "InstancePreferences": [{"InstanceType": "ml.m5.4xlarge"}, {"InstanceType": "ml.c5.4xlarge"}],
+        "VolumeSizeInGB": 200,
+    }
+    bad = ShardingJobSpec(
+        image_uri=IMAGE, role_arn=ROLE, splits=(split,), instance_preferences=("ml.m5.4xlarge", "ml.inf2.xlarge")
+    )
+    assert any(
+        "instance_preferences: 'ml.inf2.xlarge' is not accepted by SageMaker processing" in p for p in bad.problems()
+    )
