@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -219,15 +220,8 @@ class TrainingPipeline(RoleConnectable, Construct):
             alarms, code, alarm_thresholds, source_dir, entry_point, distribution, framework, package_index
         )
         self._validate_image(image, instance_type)
-        preferences = self._validate_preferences(
-            image,
-            instance_type,
-            instance_preferences,
-            instance_count=instance_count,
-            spot=spot,
-            keep_world_size=keep_world_size,
-            max_cost_ratio=max_cost_ratio,
-        )
+        fallback = _Fallback(instance_preferences, training_plan_arn, keep_world_size, max_cost_ratio)
+        preferences = self._validate_preferences(image, instance_type, instance_count, spot, fallback)
         self._validate_prefix(job_name_prefix)
         self._validate_dataset_prefix(dataset_prefix)
         self._validate_channels_in_dataset(channels, storage, dataset_prefix)
@@ -246,8 +240,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         self._connections = ec2.Connections(security_groups=self.security_groups)
         #: What the jobs may read besides the dataset prefix (default: the whole datasets bucket).
         self.readable_options = (ReadableInput(),) if readable_inputs is None else tuple(readable_inputs)
-        #: The catalog entry of ``instance_type``, looked up once: the volume key, the allowed types and the alarms
-        #: follow from it.
+        #: The catalog entry of ``instance_type`` (the volume key, the allowed types and the alarms follow from it).
         instance = lookup(instance_type, where=path_of(self))
 
         # -- the execution role and the job spec --------------------------------------------------------
@@ -275,10 +268,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             tags=tags,
             code=code,
         )
-        if preferences or training_plan_arn is not None:
-            self.spec = self.spec.with_changes(
-                instance_preferences=preferences, training_plan_arn=training_plan_arn
-            ).validate(path_of(self))
+        self.spec = self._on_fallback(self.spec, preferences, training_plan_arn)
         self.allowed_instance_types = self._allowed_types(allowed_instance_types, instance)
 
         # -- optional prepare step ----------------------------------------------------------------------
@@ -351,24 +341,16 @@ class TrainingPipeline(RoleConnectable, Construct):
             image.check_instance(instance_type, where)
 
     def _validate_preferences(
-        self,
-        image: TrainingImageLike,
-        instance_type: str,
-        given: Sequence[str | FallbackChoice | InstancePreference] | None,
-        *,
-        instance_count: int,
-        spot: bool,
-        keep_world_size: bool,
-        max_cost_ratio: float | None,
+        self, image: TrainingImageLike, instance_type: str, instance_count: int, spot: bool, fallback: _Fallback
     ) -> tuple[InstancePreference, ...]:
         """The fallback list, checked: not with spot (SageMaker's exclusivity, :data:`PREFERENCES_WITH_SPOT`), then the
         catalog's chain check (usage training, the image's CUDA version, world size, cost ceiling, at most
         :data:`MAX_PREFERENCES` entries) and the image against every type. SageMaker's other rules for the list
         (first entry, counts, plans, storage kind) are the job spec's."""
-        if given is None:
+        if fallback.preferences is None:
             return ()
         where = path_of(self)
-        preferences = tuple(as_preference(item, where) for item in given)
+        preferences = tuple(as_preference(item, where) for item in fallback.preferences)
         if spot and preferences:
             raise ValidationError(where, PREFERENCES_WITH_SPOT)
         if any(is_token(p.instance_type) for p in preferences):
@@ -381,8 +363,8 @@ class TrainingPipeline(RoleConnectable, Construct):
             param="instance_preferences",
             default_count=instance_count,
             cuda_version=image.cuda_version,
-            keep_world_size=keep_world_size,
-            max_cost_ratio=max_cost_ratio,
+            keep_world_size=fallback.keep_world_size,
+            max_cost_ratio=fallback.max_cost_ratio,
             region="us-east-1" if is_token(stack_region) else stack_region,
             max_entries=MAX_PREFERENCES,
         )
@@ -396,6 +378,15 @@ class TrainingPipeline(RoleConnectable, Construct):
                 f"the job's instance_type {instance_type!r} (the list is the first choice, then its fallbacks)",
             )
         return preferences
+
+    def _on_fallback(
+        self, spec: TrainingJobSpec, preferences: tuple[InstancePreference, ...], training_plan_arn: str | None
+    ) -> TrainingJobSpec:
+        """``spec`` with the fallback list and the training plan, validated (``spec`` itself without either)."""
+        if not preferences and training_plan_arn is None:
+            return spec
+        changed = spec.with_changes(instance_preferences=preferences, training_plan_arn=training_plan_arn)
+        return changed.validate(path_of(self))
 
     def _validate_prefix(self, prefix: str) -> None:
         if not isinstance(prefix, str) or not re.fullmatch(r"[a-z0-9](-?[a-z0-9]){0,39}", prefix):
@@ -815,6 +806,16 @@ class TrainingPipeline(RoleConnectable, Construct):
             description=f"Training job spec of {self.job_name_prefix}, read by gpuctl train",
             tier=ssm.ParameterTier.STANDARD if estimate < 3800 else ssm.ParameterTier.ADVANCED,
         )
+
+
+@dataclass(frozen=True)
+class _Fallback:
+    """The fallback props of :class:`TrainingPipeline`, as given."""
+
+    preferences: Sequence[str | FallbackChoice | InstancePreference] | None
+    training_plan_arn: str | None
+    keep_world_size: bool
+    max_cost_ratio: float | None
 
 
 def _as_prefix(prefix: str) -> str:
