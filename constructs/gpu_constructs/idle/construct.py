@@ -228,6 +228,9 @@ class IdleStop(Construct):
                 "GetMetricData support no resource-level permissions (Service Authorization Reference) and only read",
             ))  # fmt: skip
         self.log_group.grant_write(self.role)
+        # The function's settings are encrypted with this key: the role may decrypt them, whether Lambda decrypts
+        # with the execution role or with its own grant.
+        self.encryption_key.grant_decrypt(self.role)
         self.topic.grant_publish(self.role)
         wildcards = acknowledge_role_policy(self, self.role, statements, _POLICY_REASON)
         if wildcards is not None:

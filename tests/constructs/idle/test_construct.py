@@ -136,6 +136,8 @@ def test_permissions_are_scoped_to_the_named_resources(
         "cloudwatch:GetMetricData", "sagemaker:ListNotebookInstances", "sagemaker:ListTrainingJobs"
     ]  # fmt: skip
     assert "kms:GenerateDataKey*" in {a for s in statements for a in _actions(s)}  # the encrypted topic
+    own_key = [s for s in statements if "IdleStopKey" in json.dumps(s["Resource"])]
+    assert [_actions(s) for s in own_key] == [["kms:Decrypt"]]  # the function's encrypted settings
 
 
 def test_only_the_fleet_rule_without_jobs_or_notebooks() -> None:
