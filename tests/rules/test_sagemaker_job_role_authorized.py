@@ -185,6 +185,9 @@ def test_the_job_roles_grants_of_before_are_reported_dev(synth: Any) -> None:
         "ShardDataset:input:sm_drivers:s3:ListBucket",
         "Train:channel:code:s3:ListBucket",  # the setup's code package, the Defaults state's static.channels
         "Train:channel:sm_drivers:s3:ListBucket",
+        # the job on the fallback list (aws-sdk:sagemaker:createTrainingJob) reads the same channels
+        "TrainOnPreferences:channel:code:s3:ListBucket",
+        "TrainOnPreferences:channel:sm_drivers:s3:ListBucket",
     ]
 
 
@@ -195,4 +198,7 @@ def test_the_job_roles_grants_of_before_are_reported_prod_prepare_step(synth: An
         "ShardDataset:input:sm_drivers:s3:ListBucket",
         "Train:channel:code:s3:ListBucket",  # the setup's code package, the Defaults state's static.channels
         "Train:channel:sm_drivers:s3:ListBucket",
+        # the job on the fallback list (aws-sdk:sagemaker:createTrainingJob) reads the same channels
+        "TrainOnPreferences:channel:code:s3:ListBucket",
+        "TrainOnPreferences:channel:sm_drivers:s3:ListBucket",
     ]
