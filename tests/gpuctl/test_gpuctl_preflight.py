@@ -105,8 +105,12 @@ def test_dev_needs() -> None:
     assert needs.region == "us-east-1"
     assert {(q.service, q.quota_name): (q.needed, q.unit) for q in needs.quotas} == {
         ("sagemaker", "ml.g5.xlarge for training job usage"): (1, "instances"),
+        # training.instance_preferences: every type of the fallback list, at its count
+        ("sagemaker", "ml.g5.2xlarge for training job usage"): (1, "instances"),
+        ("sagemaker", "ml.g6.2xlarge for training job usage"): (1, "instances"),
         ("sagemaker", "ml.m5.4xlarge for processing job usage"): (1, "instances"),
         ("sagemaker", "ml.g5.xlarge for endpoint usage"): (1, "instances"),
+        ("sagemaker", "ml.g6.xlarge for endpoint usage"): (1, "instances"),  # the endpoint's instance pool
         ("sagemaker", "ml.g5.xlarge for notebook instance usage"): (1, "instances"),
         # workbench: all spot (base 0, 0 % on demand), max 2, the largest type of its mix is g5.2xlarge (8 vCPUs)
         ("ec2", "All G and VT Spot Instance Requests"): (16, "vCPUs"),
@@ -114,8 +118,8 @@ def test_dev_needs() -> None:
     # mount_lustre: the fleet launches only in the file system's AZ (the first)
     assert [(o.instance_type, o.zone) for o in needs.offerings] == [
         ("g5.xlarge", "us-east-1a"),
-        ("g5.2xlarge", "us-east-1a"),
         ("g6.xlarge", "us-east-1a"),
+        ("g5.2xlarge", "us-east-1a"),
     ]
 
 
@@ -123,13 +127,19 @@ def test_prod_needs() -> None:
     needs = preflight.compute_needs(preflight.load_env_config("prod"))
     assert needs.region == "us-west-2"
     assert {q.quota_name: q.needed for q in needs.quotas} == {
-        "ml.p4d.24xlarge for spot training job usage": 2,
+        "ml.p4d.24xlarge for training job usage": 2,  # on demand: the fallback list excludes spot
+        "ml.p4de.24xlarge for training job usage": 2,
         "ml.m5.12xlarge for processing job usage": 1,
         "ml.g5.2xlarge for endpoint usage": 6,  # autoscaling max_capacity, not instance_count 2
+        "ml.g6.2xlarge for endpoint usage": 6,  # the endpoint's instance pools
+        "ml.g6e.2xlarge for endpoint usage": 6,
         "ml.g5.xlarge for endpoint usage": 4,
         "Running On-Demand P instances": 768,  # 4 x p5.48xlarge x 192 vCPUs
     }
-    assert [(o.instance_type, o.zone) for o in needs.offerings] == [("p5.48xlarge", "us-west-2a")]
+    assert [(o.instance_type, o.zone) for o in needs.offerings] == [
+        ("p5.48xlarge", "us-west-2a"),
+        ("p5e.48xlarge", "us-west-2a"),
+    ]
 
 
 def test_spot_mix_split_rounds_each_way_towards_the_quota() -> None:
