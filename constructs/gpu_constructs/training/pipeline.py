@@ -598,6 +598,12 @@ class TrainingPipeline(RoleConnectable, Construct):
         spec's instance type), CUDA support, GPU count."""
         where = path_of(self)
         listed = self.spec.preference_types
+        if self.spec.training_plan_arn is not None:
+            # A plan holds one type: "The InstanceType field [...] must match the InstanceType of your training plan".
+            other = sorted(set(requested or ()) - {self.spec.instance_type})
+            if other:
+                raise fail(self, "allowed_instance_types", other, "none but instance_type with a training_plan_arn")
+            return (self.spec.instance_type,)
         if requested is not None:
             names = list(dict.fromkeys(requested))
             for position, name in enumerate(listed or (self.spec.instance_type,)):

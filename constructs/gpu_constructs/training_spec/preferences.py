@@ -170,6 +170,13 @@ def preference_problems(
             f"instance_preferences {planned} name training plans and training_plan_arn is set too; allowed: one of "
             "them ('Per-preference TrainingPlanArns is mutually exclusive with the job-level TrainingPlanArn')"
         )
+    elif training_plan_arn is not None and len(set(names)) > 1:
+        out.append(
+            f"training_plan_arn is set for the fallback list {names}, but a plan holds one instance type ('The "
+            "InstanceType field set in the ResourceConfig section of the CreateTrainingJob request must match the "
+            "InstanceType of your training plan', SageMaker Developer Guide, use-training-plan-for-training-jobs-"
+            "using-api-cli-sdk); allowed: the plan on its type's entry (instance_preferences[].training_plan_arn)"
+        )
     kinds = {name: has for name, has in local_nvme.items() if name in names}
     first = kinds.get(names[0])
     other = sorted(name for name, has in kinds.items() if first is not None and has != first)

@@ -214,8 +214,15 @@ def test_counts_per_type_plans_and_a_world_size_the_job_adapts_to(parts: _Parts)
         instance_type="ml.g5.12xlarge", instance_preferences=["ml.g5.12xlarge", "ml.g5.48xlarge"], keep_world_size=False
     )
     assert adapted.spec.preference_types == ("ml.g5.12xlarge", "ml.g5.48xlarge")
-    planned = parts.pipeline(training_plan_arn=PLAN).spec.to_request("gpu-test-train-1")["ResourceConfig"]
-    assert planned["TrainingPlanArn"] == PLAN and planned["InstanceType"] == "ml.g5.2xlarge"
+    planned = parts.pipeline(training_plan_arn=PLAN)
+    resources = planned.spec.to_request("gpu-test-train-1")["ResourceConfig"]
+    assert resources["TrainingPlanArn"] == PLAN and resources["InstanceType"] == "ml.g5.2xlarge"
+    # a plan holds one type: an execution may choose no other, and a list takes its plans per entry
+    assert planned.allowed_instance_types == ("ml.g5.2xlarge",)
+    with pytest.raises(ValidationError, match="a plan holds one instance type"):
+        parts.pipeline(training_plan_arn=PLAN, instance_preferences=LIST)
+    with pytest.raises(ValidationError, match=r"allowed_instance_types=\['ml.g6.2xlarge'\] is not allowed"):
+        parts.pipeline(training_plan_arn=PLAN, allowed_instance_types=["ml.g6.2xlarge"])
 
 
 def test_the_prepare_step_on_a_fallback_list_creates_through_the_sdk_and_waits() -> None:

@@ -54,15 +54,23 @@ def test_a_request_for_a_type_runs_on_that_type_only() -> None:
     assert request["EnableManagedSpotTraining"] is False
 
 
-def test_a_job_level_plan_renders_with_either_placement() -> None:
-    spec = _spec(instance_preferences=("ml.p4d.24xlarge", "ml.p4de.24xlarge"), training_plan_arn=PLAN)
-    listed = spec.to_request("gpu-dev-train-1")["ResourceConfig"]
-    assert listed["TrainingPlanArn"] == PLAN and listed["InstanceCount"] == 2
-    assert spec.to_request("gpu-dev-train-1", instance_type="ml.p4d.24xlarge")["ResourceConfig"]["TrainingPlanArn"] == (
-        PLAN
+def test_a_plan_renders_per_entry_or_for_the_job() -> None:
+    planned = _spec(instance_preferences=(InstancePreference("ml.p4d.24xlarge", 2, PLAN), ("ml.p4de.24xlarge")))
+    problems = planned.problems()
+    assert any("give instance_count for ['ml.p4d.24xlarge'] but not for ['ml.p4de.24xlarge']" in p for p in problems)
+    planned = _spec(
+        instance_preferences=(InstancePreference("ml.p4d.24xlarge", 2, PLAN), InstancePreference("ml.p4de.24xlarge", 2))
     )
+    listed = planned.to_request("gpu-dev-train-1")["ResourceConfig"]["InstancePreferences"]
+    assert listed[0]["TrainingPlanArns"] == [PLAN] and "TrainingPlanArns" not in listed[1]
+    one = _spec(instance_preferences=(), training_plan_arn=PLAN).to_request("gpu-dev-train-1")["ResourceConfig"]
+    assert (one["InstanceType"], one["TrainingPlanArn"]) == ("ml.p4d.24xlarge", PLAN)
+    # a plan holds one type ("must match the InstanceType of your training plan"): not for a whole list
+    assert any("a plan holds one instance type" in p for p in _spec(training_plan_arn=PLAN).problems())
     with pytest.raises(ValidationError, match="TrainingPlanArn"):  # botocore's pattern
-        _spec(training_plan_arn="arn:aws:sagemaker:us-east-1:123456789012:plan/x").to_request("gpu-dev-train-1")
+        _spec(instance_preferences=(), training_plan_arn="arn:aws:sagemaker:us-east-1:123456789012:plan/x").to_request(
+            "gpu-dev-train-1"
+        )
 
 
 def test_the_step_functions_rendering_has_the_list_and_no_type() -> None:
