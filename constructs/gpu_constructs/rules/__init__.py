@@ -52,9 +52,9 @@ RULE_MODULES: tuple[str, ...] = (
     "training_instance_not_nvidia_gpu",
     "training_image_cuda_architecture",
     "training_dlc_without_code",
-    "sagemaker_job_role_authorized",
     "instance_preferences_exclusive",
     "instance_preferences_shape",
+    "sagemaker_job_role_authorized",
 )
 
 
