@@ -207,9 +207,6 @@ class EnvConfig(StrictModel):
             )
         return self
 
-    @property
-    def is_production(self) -> bool:
-        return self.removal_policy == "retain" and self.termination_protection
     @model_validator(mode="after")
     def _endpoint_pools_drive_the_gpu(self) -> EnvConfig:
         """Every endpoint's instance pools with the inference image's CUDA and the region's prices."""
@@ -220,3 +217,6 @@ class EnvConfig(StrictModel):
             self.inference.check_pools(cuda_version=version, image=source, region=self.region)
         return self
 
+    @property
+    def is_production(self) -> bool:
+        return self.removal_policy == "retain" and self.termination_protection
