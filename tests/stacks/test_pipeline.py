@@ -149,9 +149,10 @@ def test_codebuild_roles_are_least_privilege(template) -> None:
 
 
 STATEFUL = {"AWS::S3::Bucket", "AWS::KMS::Key", "AWS::FSx::FileSystem", "AWS::ECR::Repository", "AWS::EFS::FileSystem"}
-#: Rules between security groups embed the peer's construct path in their logical id (aws-ec2), so they are
-#: the only resources whose ids differ between the app root and a pipeline stage.
-PATH_KEYED = {"AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress"}
+#: Rules between security groups embed the peer's construct path in their logical id (aws-ec2), and so does the
+#: permission an EventBridge rule's Lambda target adds (aws-events-targets: ``AllowEventRule`` + the rule's unique
+#: id): they are the only resources whose ids differ between the app root and a pipeline stage. None holds state.
+PATH_KEYED = {"AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress", "AWS::Lambda::Permission"}
 
 
 def test_stage_stacks_are_the_app_stacks(prod) -> None:
