@@ -31,6 +31,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
@@ -92,8 +93,9 @@ def _statement(service: str, actions: list[str], **conditions: Any) -> iam.Polic
 
 
 def _training(name: str, *, drop: tuple[str, ...] = (), **overrides: Any) -> dict[str, Any]:
-    """A createTrainingJob.sync task: a correct request unless ``overrides`` (or ``drop``, keys removed) say
-    otherwise. Its script is named the SageMaker SDK v2 way (the DLC's training toolkit runs it)."""
+    """A createTrainingJob.sync task: a correct request unless ``overrides`` (or ``drop``, keys removed; a nested
+    key as ``Parent.Key``) say otherwise. Its script is named the SageMaker SDK v2 way (the DLC's training toolkit
+    runs it)."""
     params: dict[str, Any] = {
         "TrainingJobName.$": "States.Format('foreign-{}', $$.Execution.Name)",
         "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/foreign-training",
@@ -110,7 +112,8 @@ def _training(name: str, *, drop: tuple[str, ...] = (), **overrides: Any) -> dic
         else:
             params[key] = value
     for key in drop:
-        params.pop(key)
+        parent, _, leaf = key.rpartition(".")
+        (params[parent] if parent else params).pop(leaf)
     return {
         "Type": "Task",
         "Comment": name,
@@ -234,6 +237,41 @@ def _endpoints(foreign: ForeignApp, main: cdk.Stack) -> None:
     foreign.expect(canary, "EndpointCanaryOnOneInstance", "AllTraffic:InitialInstanceCount=1")
     endpoint("PairCanaryEndpoint", pair, "CANARY")
     endpoint("SingleEndpoint", single, "ALL_AT_ONCE")
+    _endpoint_capacity(foreign, main, served)
+
+
+def _endpoint_capacity(foreign: ForeignApp, main: cdk.Stack, served: sagemaker.CfnModel) -> None:
+    def variant(**kw: Any) -> sagemaker.CfnEndpointConfig.ProductionVariantProperty:
+        return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+            variant_name="AllTraffic", model_name=served.attr_model_name, initial_instance_count=1, **kw
+        )
+
+    def pools(*priorities: int) -> list[sagemaker.CfnEndpointConfig.InstancePoolProperty]:
+        return [
+            sagemaker.CfnEndpointConfig.InstancePoolProperty(instance_type=t, priority=p)
+            for t, p in zip(("ml.g5.xlarge", "ml.g6.xlarge"), priorities, strict=True)
+        ]
+
+    # EndpointInstancePools: two GPU pools with one priority (which SageMaker tries first is undefined). Twin: the
+    # same pools in order.
+    tied = sagemaker.CfnEndpointConfig(
+        main, "TiedPoolsConfig", production_variants=[variant(instance_pools=pools(1, 1))]
+    )
+    foreign.expect(tied, "EndpointInstancePools", "AllTraffic:duplicate-priority-1")
+    sagemaker.CfnEndpointConfig(main, "PoolsConfig", production_variants=[variant(instance_pools=pools(1, 2))])
+
+    # EndpointCapacityReservation: reservations only, but no reservation named. Twin: the same naming a training
+    # plan.
+    def reserved(name: str, arn: str | None) -> sagemaker.CfnEndpointConfig:
+        reservation = sagemaker.CfnEndpointConfig.CapacityReservationConfigProperty(
+            capacity_reservation_preference="capacity-reservations-only", ml_reservation_arn=arn
+        )
+        only = variant(instance_type="ml.g5.xlarge", capacity_reservation_config=reservation)
+        return sagemaker.CfnEndpointConfig(main, name, production_variants=[only])
+
+    foreign.expect(reserved("UnnamedReservationConfig", None), "EndpointCapacityReservation",
+                   "AllTraffic:no-MlReservationArn")  # fmt: skip
+    reserved("ReservedConfig", f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/foreign-serving")
 
 
 def _fleet(foreign: ForeignApp, main: cdk.Stack) -> None:
@@ -262,6 +300,22 @@ def _fleet(foreign: ForeignApp, main: cdk.Stack) -> None:
         ),
     )
 
+    # FleetCapacityBlockMarketType: a capacity-block template that names no block. Twin: the same naming its cr- id.
+    def block(name: str, reservation: str | None) -> Any:
+        target = ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(capacity_reservation_id=reservation)
+        return _launch_template(
+            main,
+            name,
+            "p5.48xlarge",
+            instance_market_options=ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block"),
+            capacity_reservation_specification=ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+                capacity_reservation_target=target if reservation else None
+            ),
+        )
+
+    foreign.expect(block("UnnamedBlockTemplate", None), "FleetCapacityBlockMarketType", "NoCapacityReservationId")
+    block("BlockTemplate", "cr-0a1b2c3d4e5f60001")
+
 
 def _alarms(foreign: ForeignApp, main: cdk.Stack) -> None:
     # AlarmOneMetricsInsightsQuery: an alarm over two Metrics Insights queries. Twin: one query and math over it.
@@ -283,10 +337,84 @@ def _alarms(foreign: ForeignApp, main: cdk.Stack) -> None:
     alarm("OneQuery", [query("gpu", "GPUUtilization"), half])
 
 
-def _launch_template(scope: cdk.Stack, name: str, instance_type: str) -> Any:
+def _event_targets(foreign: ForeignApp, main: cdk.Stack) -> None:
+    # EventRuleLambdaTargetPermitted: a schedule (L1) that targets a function without a permission for it. Twin: the
+    # L2 rule and target, which add the function's permission for the rule.
+    def function(name: str) -> lambda_.Function:
+        return lambda_.Function(
+            main,
+            name,
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            handler="index.handler",
+            code=lambda_.Code.from_inline("def handler(event, context):\n    return None\n"),
+        )
+
+    unheard = function("UnheardStop")
+    schedule = events.CfnRule(
+        main,
+        "UnheardSchedule",
+        schedule_expression="rate(1 hour)",
+        targets=[events.CfnRule.TargetProperty(id="Stop", arn=unheard.function_arn)],
+    )
+    target = unheard.node.default_child
+    assert isinstance(target, lambda_.CfnFunction)
+    foreign.expect(schedule, "EventRuleLambdaTargetPermitted", f"Target:{main.resolve(target.logical_id)}")
+    events.Rule(
+        main,
+        "StopSchedule",
+        schedule=events.Schedule.rate(cdk.Duration.hours(1)),
+        targets=[targets.LambdaFunction(function("Stop"))],
+    )
+
+
+def _launch_template(scope: cdk.Stack, name: str, instance_type: str, **data_props: Any) -> Any:
     """A launch template for the GPU Deep Learning AMI (its public SSM parameter) on ``instance_type``."""
-    data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(image_id=GPU_DLAMI, instance_type=instance_type)
+    data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+        image_id=GPU_DLAMI, instance_type=instance_type, **data_props
+    )
     return ec2.CfnLaunchTemplate(scope, name, launch_template_data=data)
+
+
+def _fallback_states() -> list[tuple[str, dict[str, Any], tuple[str, str] | None]]:
+    """Training states with an ``InstancePreferences`` fallback list (same shape as ``_training_pipeline``'s).
+
+    InstancePreferencesExclusive: the list beside the job's ``InstanceType``. InstancePreferencesShape: a count on
+    one entry only. Twins: the list in place of ``InstanceType`` with the job's count, and with a count on every
+    entry instead.
+    """
+
+    def preferences(*counts: int | None) -> list[dict[str, Any]]:
+        types = ("ml.g5.xlarge", "ml.g6.xlarge")
+        return [
+            {"InstanceType": t, **({"InstanceCount": c} if c is not None else {})}
+            for t, c in zip(types, counts, strict=True)
+        ]
+
+    no_type = ("ResourceConfig.InstanceType",)
+    return [
+        (
+            "FallbackAndType",
+            {"ResourceConfig": {"InstancePreferences": preferences(None, None)}},
+            ("InstancePreferencesExclusive", "FallbackAndType:InstanceType"),
+        ),
+        ("Fallback", {"ResourceConfig": {"InstancePreferences": preferences(None, None)}, "drop": no_type}, None),
+        (
+            "CountOnOne",
+            {
+                "ResourceConfig": {"InstancePreferences": preferences(1, None)},
+                "drop": (*no_type, "ResourceConfig.InstanceCount"),
+            },
+            ("InstancePreferencesShape", "CountOnOne:count-on-some"),
+        ),
+        (
+            "CountPerEntry",
+            {
+                "ResourceConfig": {"InstancePreferences": preferences(1, 1)},
+                "drop": (*no_type, "ResourceConfig.InstanceCount"),
+            },
+            None,
+        ),
+    ]
 
 
 def _training_pipeline(foreign: ForeignApp, main: cdk.Stack) -> None:
@@ -353,6 +481,7 @@ def _training_pipeline(foreign: ForeignApp, main: cdk.Stack) -> None:
             },
             None,
         ),
+        *_fallback_states(),
     ]
     # SageMakerJobRoleAuthorized: a channel the role may read but not list (SageMaker lists every S3Prefix input
     # first). Twin: every other state, whose role may do all its requests (and the machine may start and pass).
@@ -418,6 +547,7 @@ def build(outdir: Path, *, acknowledge: bool = False) -> ForeignApp:
     _fleet(foreign, main)
     _training_pipeline(foreign, main)
     _alarms(foreign, main)
+    _event_targets(foreign, main)
     if acknowledge:
         for mistake, l1 in foreign.mistakes:
             cdk.Validations.of(l1).acknowledge(
