@@ -67,7 +67,18 @@ class StackSummary:
 _LOGICAL_HASH = re.compile(r"[0-9A-F]{8}$")  # the hash suffix of a logical id
 #: Construct ids that only say what the resource is; the owner's id names it better.
 _GENERIC_IDS = frozenset(
-    {"Resource", "Default", "ASG", "Group", "Repository", "StateMachine", "Provider", "CdkBuildProject", "Bucket"}
+    {
+        "Resource",
+        "Default",
+        "ASG",
+        "Group",
+        "Repository",
+        "StateMachine",
+        "Provider",
+        "CdkBuildProject",
+        "Bucket",
+        "Function",
+    }
 )
 
 

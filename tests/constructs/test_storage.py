@@ -77,7 +77,8 @@ def test_removal_policy_per_environment(dev: assertions.Template, prod: assertio
 
 
 def test_data_key_rotates_and_lets_s3_logging_use_it(dev: assertions.Template) -> None:
-    keys = dev.find_resources("AWS::KMS::Key")
+    # The data stack's other key is the budget topic's (gpu_constructs.budgets): only the data key encrypts data.
+    keys = {k: v for k, v in dev.find_resources("AWS::KMS::Key").items() if k.startswith("StorageDataKey")}
     assert len(keys) == 1
     key = next(iter(keys.values()))["Properties"]
     assert key["EnableKeyRotation"] is True

@@ -96,10 +96,13 @@ def test_alarm_topics_admit_cloudwatch_on_topic_and_key(synth: Any, env: str, st
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_training_topic_admits_eventbridge_as_documented(synth: Any, env: str) -> None:
     template = synth(env).template("training")
+    topics = _resources(template, "AWS::SNS::Topic")
+    # The stack's other rule (the idle-stop schedule) targets a function, not a topic.
     [topic] = {
         str(ref_id(t["Arn"]))
         for rule in _resources(template, "AWS::Events::Rule").values()
         for t in rule["Properties"]["Targets"]
+        if ref_id(t["Arn"]) in topics
     }
     # Topic policy: EventBridge documents that no Condition block may be used for it.
     publish = _one(_topic_statements(template, topic), "events.amazonaws.com", f"{env} training topic policy")

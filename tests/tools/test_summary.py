@@ -74,8 +74,10 @@ def test_each_stack_names_its_main_resources(prod) -> None:  # type: ignore[no-u
     lustre = config.file_systems.lustre
     assert main["storage"] == (f"FSx for Lustre ({lustre.deployment_type}, {lustre.storage_capacity_gib} GiB)",)
     assert main["inference"] == ("endpoints " + ", ".join(f"{prefix}-{n}" for n in config.inference.endpoints),)
-    assert main["fleets"] == ("auto scaling group " + ", ".join(f"{prefix}-{g.name}" for g in config.fleets.groups),)
-    assert main["training"] == ("state machine Pipeline",)
+    groups = ", ".join(f"{prefix}-{g.name}" for g in config.fleets.groups)
+    # The idle-stop function (gpu_constructs.idle) is named by its construct, not by its "Function" child.
+    assert main["fleets"] == (f"auto scaling group {groups}", "Lambda function FleetIdleStop")
+    assert main["training"] == ("state machine Pipeline", "Lambda function TrainingIdleStop")
     assert main["images"] == (
         "ECR repositories Training, Inference",
         "image builds in CodeBuild TrainingBuild, InferenceBuild",
@@ -84,7 +86,10 @@ def test_each_stack_names_its_main_resources(prod) -> None:  # type: ignore[no-u
     pipeline = main["pipeline"]
     assert f"CodePipeline {prefix}-pipeline (stages Source, Build, UpdatePipeline, Assets, Dev, Prod)" in pipeline
     # CDK's own helpers (custom resource providers, singleton functions) are not the stack's main resources.
-    assert not any("Lambda" in phrase or "Custom" in phrase for phrases in main.values() for phrase in phrases)
+    helpers = [
+        p for phrases in main.values() for p in phrases if ("Lambda" in p and "IdleStop" not in p) or "Custom" in p
+    ]
+    assert helpers == []
 
     stage_dev = {s.name: s for s in assembly_stacks(prod.outdir) if s.stage_name == "Dev"}
     assert stage_dev["gpu-dev-images"].main_resources == (

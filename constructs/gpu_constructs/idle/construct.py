@@ -1,6 +1,6 @@
 """``IdleStop``: the deployed function that stops idle GPUs, its schedule, its alarm rule and its permissions.
 
-One Python function (:mod:`gpu_constructs.idle.handler`, boto3 only, packaged as that one file) does three things,
+One Python function (:mod:`gpu_constructs.idle.handler`, botocore only, packaged as that one file) does three things,
 each configured by a value type of :mod:`gpu_constructs.idle.options`:
 
 * every 5 minutes (an EventBridge schedule) it stops the idle training jobs of :class:`IdleTrainingJobs` and the

@@ -1,8 +1,8 @@
 """The idle-stop function: stops what keeps GPUs billed while idle, and says so on the notification topic.
 
 This module is the code of the Lambda function that :class:`gpu_constructs.idle.IdleStop` deploys. It imports
-nothing but the standard library and boto3 (which the Lambda Python runtime provides), so the function's asset
-is this one file. Its settings come from the ``IDLE_STOP_SETTINGS`` environment variable (JSON, written by the
+nothing but the standard library and botocore (the Lambda Python runtime includes the AWS SDK for Python, boto3 and
+its botocore; the library declares botocore), so the function's asset is this one file. Its settings come from the ``IDLE_STOP_SETTINGS`` environment variable (JSON, written by the
 construct); ``handler`` takes one of two events:
 
 * the scheduled event of the function's EventBridge schedule (``detail-type`` ``Scheduled Event``): a sweep of
@@ -62,7 +62,7 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any
 
-import boto3
+import botocore.session
 from botocore.exceptions import BotoCoreError, ClientError
 
 LOG = logging.getLogger("idle_stop")
@@ -417,5 +417,6 @@ def run(event: Mapping[str, Any], settings: Settings, clients: Clients, now: dat
 def handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """The Lambda entry point."""
     settings = Settings.from_json(os.environ[SETTINGS_VARIABLE])
-    clients = {name: boto3.client(name) for name in ("sagemaker", "cloudwatch", "autoscaling", "sns")}
+    session = botocore.session.get_session()  # the region is the function's (AWS_DEFAULT_REGION, set by Lambda)
+    clients = {name: session.create_client(name) for name in ("sagemaker", "cloudwatch", "autoscaling", "sns")}
     return run(event, settings, clients)

@@ -64,12 +64,14 @@ class IdleTrainingJobs:
 
 @dataclass(frozen=True)
 class IdleFleetGroup:
-    """An Auto Scaling group that is scaled to 0 when ``idle_alarm`` (whose metric has the dimension
-    ``AutoScalingGroupName`` = ``group_name``, as :class:`~gpu_constructs.fleet.GpuFleet`'s ``IdleGpu`` alarm)
-    goes to ``ALARM``; ``dry_run``: publish what would be done and change nothing (default: False)."""
+    """An Auto Scaling group that is scaled to 0 when its idle alarm goes to ``ALARM``."""
 
+    #: The Auto Scaling group's name.
     group_name: str
+    #: The alarm whose metric has the dimension ``AutoScalingGroupName`` = ``group_name``, as
+    #: :class:`~gpu_constructs.fleet.GpuFleet`'s ``IdleGpu`` alarm.
     idle_alarm: cloudwatch.IAlarm
+    #: Publish what would be done and change nothing (default: False).
     dry_run: bool = False
 
     def validate(self, where: str) -> None:
@@ -80,11 +82,13 @@ class IdleFleetGroup:
 
 @dataclass(frozen=True)
 class NotebookSessionLimit:
-    """A notebook instance stopped ``max_session`` after it started: 1 hour to 7 days (default: 8 hours);
-    ``dry_run``: publish what would be stopped and stop nothing (default: False)."""
+    """A notebook instance stopped ``max_session`` after it started."""
 
+    #: The notebook instance's name.
     notebook_name: str
+    #: How long the notebook may run after it started: 1 hour to 7 days (default: 8 hours).
     max_session: Duration = Duration.hours(8)
+    #: Publish what would be stopped and stop nothing (default: False).
     dry_run: bool = False
 
     def validate(self, where: str) -> None:
