@@ -300,7 +300,9 @@ def read_permissions(needs: Needs) -> dict[str, list[str]]:
     ``DescribeInstanceTypeOfferings`` and ``DescribeCapacityReservations``,
     https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html); the training plans
     by ARN for ``sagemaker:DescribeTrainingPlan`` (resource type ``training-plan``,
-    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonsagemaker.html).
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonsagemaker.html; AWS's own
+    AmazonSageMakerTrainingPlanCreateAccess policy grants it on ``arn:aws:sagemaker:*:*:training-plan/*``,
+    https://docs.aws.amazon.com/sagemaker/latest/dg/security-iam-awsmanpol-training-plan.html).
     """
     permissions: dict[str, list[str]] = {}
     if needs.quotas:
