@@ -46,6 +46,7 @@ from gpu_constructs.catalog.pricing import (
     fsx_lustre_gib_month,
     hourly_price,
 )
+from gpu_constructs.templates import ref_id
 from platform_tools.summary import StackSummary, _construct_name, _resource_paths, assembly_stacks
 
 __all__ = [
@@ -173,17 +174,6 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def _ref(value: Any) -> str | None:
-    """The logical id a ``Ref`` or ``Fn::GetAtt`` points to."""
-    if isinstance(value, Mapping):
-        if isinstance(value.get("Ref"), str):
-            return str(value["Ref"])
-        att = value.get("Fn::GetAtt")
-        if isinstance(att, list) and att and isinstance(att[0], str):
-            return att[0]
-    return None
-
-
 def _label(stack: StackSummary) -> str:
     return f"{stack.stage_name}/{stack.name}" if stack.stage_name else stack.name
 
@@ -251,7 +241,7 @@ def _endpoint_items(ctx: _Stack) -> list[CostItem]:
     configs = dict(_of_type(resources, "AWS::SageMaker::EndpointConfig"))
     items = []
     for logical_id, props in _of_type(resources, "AWS::SageMaker::Endpoint"):
-        config = configs.get(_ref(props.get("EndpointConfigName")) or "")
+        config = configs.get(ref_id(props.get("EndpointConfigName")) or "")
         if config is None:
             continue
         name = ctx.name(logical_id, props, "EndpointName")
@@ -371,7 +361,7 @@ def _asg_type(props: Mapping[str, Any], resources: Mapping[str, Any]) -> str | N
         if isinstance(override, Mapping) and isinstance(override.get("InstanceType"), str):
             return str(override["InstanceType"])
     spec = template.get("LaunchTemplateSpecification") or props.get("LaunchTemplate") or {}
-    source = resources.get(_ref(spec.get("LaunchTemplateId")) or _ref(props.get("LaunchConfigurationName")) or "")
+    source = resources.get(ref_id(spec.get("LaunchTemplateId")) or ref_id(props.get("LaunchConfigurationName")) or "")
     if isinstance(source, Mapping):
         data = source.get("Properties", {}) or {}
         instance_type = (data.get("LaunchTemplateData") or data).get("InstanceType")
