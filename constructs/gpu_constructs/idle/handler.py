@@ -2,8 +2,8 @@
 
 This module is the code of the Lambda function that :class:`gpu_constructs.idle.IdleStop` deploys. It imports
 nothing but the standard library and botocore (the Lambda Python runtime includes the AWS SDK for Python, boto3 and
-its botocore; the library declares botocore), so the function's asset is this one file. Its settings come from the ``IDLE_STOP_SETTINGS`` environment variable (JSON, written by the
-construct); ``handler`` takes one of two events:
+its botocore; the library declares botocore), so the function's asset is this one file. Its settings come from the
+``IDLE_STOP_SETTINGS`` environment variable (JSON, written by the construct); ``handler`` takes one of two events:
 
 * the scheduled event of the function's EventBridge schedule (``detail-type`` ``Scheduled Event``): a sweep of
   the platform's training jobs and notebook instances;
