@@ -405,6 +405,13 @@ class TrainingConfig(StrictModel):
     max_wait_hours: WaitHours | None = Field(
         None, description="Spot: runtime plus capacity wait, hours (1-672; default 2 x runtime, at most 672)"
     )
+    checkpoints: bool | None = Field(
+        None,
+        description="Give every job a CheckpointConfig (/opt/ml/checkpoints synced with the artifacts bucket's "
+        "checkpoints/<job prefix>/<job name>/) and its role the grants: null: with spot only; true: also on demand "
+        "(fallback lists, training plans), so a stopped or failed job's last checkpoint stays in S3 (expired after "
+        "data.checkpoint_expiration_days); false is refused with spot",
+    )
     max_retry_attempts: (
         Annotated[
             int, Field(ge=MAX_RETRY_ATTEMPTS[0], le=MAX_RETRY_ATTEMPTS[1]), Allowed(message="allowed: null or 1..30")
@@ -514,6 +521,11 @@ class TrainingConfig(StrictModel):
             raise ValueError(
                 f"max_wait_hours: {self.max_wait_hours} is less than max_runtime_hours: {self.max_runtime_hours}; "
                 "allowed: max_wait_hours >= max_runtime_hours"
+            )
+        if self.spot and self.checkpoints is False:
+            raise ValueError(
+                "checkpoints: false with spot: true; an interrupted spot job resumes from its checkpoints; "
+                "allowed: checkpoints: true or null with spot, or spot: false"
             )
         if self.input == "fsx" and self.input_mode != "File":
             raise ValueError("input: fsx mounts the file system, so input_mode must be File")
@@ -629,6 +641,7 @@ class TrainingConfig(StrictModel):
             "max_runtime": self.max_runtime(),
             "spot": self.spot,
             "max_wait": self.max_wait(),
+            "checkpoints": self.checkpoints,
             "max_retry_attempts": self.max_retry_attempts,
             "inter_container_encryption": self.inter_container_encryption,
             "network_isolation": self.network_isolation,

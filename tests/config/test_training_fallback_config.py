@@ -46,6 +46,16 @@ def test_dev_and_prod_declare_a_checked_fallback_list() -> None:
     assert props["training_plan_arn"] is None
 
 
+def test_prod_keeps_checkpoints_on_demand_and_dev_follows_spot() -> None:
+    """training.checkpoints maps onto TrainingPipeline(checkpoints=...): prod sets it (on demand, no spot), dev
+    leaves it null (the library's default: checkpoints with spot only)."""
+    dev, prod = load_config("dev").training, load_config("prod").training
+    assert prod.checkpoints is True and prod.pipeline_props()["checkpoints"] is True
+    assert dev.checkpoints is None and dev.pipeline_props()["checkpoints"] is None
+    problem = _error("prod", **{"checkpoints: true": "checkpoints: maybe"})
+    assert problem.startswith("  training.checkpoints: ") and "'maybe'" in problem
+
+
 def test_a_type_without_an_nvidia_gpu_is_refused() -> None:
     problem = _dev_list("ml.g5.xlarge, ml.m5.xlarge")
     assert problem.startswith("  training.instance_preferences.1.instance_type: 'ml.m5.xlarge': ")

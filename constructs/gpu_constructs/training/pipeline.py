@@ -111,6 +111,17 @@ class TrainingPipeline(RoleConnectable, Construct):
     :param max_runtime: default 1 day.
     :param spot: managed spot training with checkpoints (default False). Exclusive with ``instance_preferences``.
     :param max_wait: spot: runtime plus waiting for capacity (default 2 x max_runtime).
+    :param checkpoints: give every job a ``CheckpointConfig`` (SageMaker syncs ``/opt/ml/checkpoints`` with
+        ``s3://<artifacts>/checkpoints/<job_name_prefix>/<job name>/``) and the role its read/write grants on that
+        prefix. Default ``None``: on with ``spot``, off without. ``True`` keeps checkpoints of on-demand jobs
+        (fallback lists, training plans): a stopped or failed job's last checkpoint stays in S3 and a job restarted
+        under the same name resumes from it. ``False`` with ``spot`` is refused: an interrupted spot job resumes
+        from its checkpoints. "SageMaker AI provides the functionality to copy the checkpoints from the local path
+        to Amazon S3 and automatically syncs the checkpoints in that directory with S3. Existing checkpoints in S3
+        are written to the SageMaker AI container at the start of the job"
+        (https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html); managed spot training is one use
+        of checkpoints, not a requirement ("Use checkpoints with SageMaker AI managed spot training to save on
+        training costs", same page).
     :param max_retry_attempts: SageMaker retries of a failed job (default none).
     :param vpc: run jobs in this VPC (default: none; required for FSx channels).
     :param vpc_subnets: subnets of the jobs (default: the VPC's private subnets).
@@ -182,6 +193,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         max_runtime: Duration = Duration.days(1),
         spot: bool = False,
         max_wait: Duration | None = None,
+        checkpoints: bool | None = None,
         max_retry_attempts: int | None = None,
         vpc: ec2.IVpc | None = None,
         vpc_subnets: ec2.SubnetSelection | None = None,
@@ -223,7 +235,6 @@ class TrainingPipeline(RoleConnectable, Construct):
         fallback = _Fallback(instance_preferences, training_plan_arn, keep_world_size, max_cost_ratio)
         preferences = self._validate_preferences(image, instance_type, instance_count, spot, fallback)
         self._validate_prefix(job_name_prefix)
-        self._validate_dataset_prefix(dataset_prefix)
         self._validate_channels_in_dataset(channels, storage, dataset_prefix)
         self._validate_vpc(vpc, channels, security_groups)
         self._validate_emails(notification_emails)
@@ -258,6 +269,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             max_runtime=max_runtime,
             spot=spot,
             max_wait=max_wait,
+            checkpoints=self._checkpoints(spot, checkpoints),
             max_retry_attempts=max_retry_attempts,
             inter_container_encryption=inter_container_encryption,
             network_isolation=network_isolation,
@@ -330,6 +342,23 @@ class TrainingPipeline(RoleConnectable, Construct):
         code = code if code is not None else TrainingCodeOptions(**given)
         code.validate(path_of(self))
         return alarms or TrainingAlarms(), code
+
+    def _checkpoints(self, spot: bool, checkpoints: bool | None) -> bool:
+        """Whether the jobs checkpoint to S3: ``checkpoints``, or (``None``) with spot only. ``False`` with spot is
+        refused (the job spec's spot rule: an interrupted spot job resumes from its checkpoints)."""
+        if checkpoints is None:
+            return spot
+        if not isinstance(checkpoints, bool):
+            raise fail(self, "checkpoints", checkpoints, "True, False or None (on with spot, off without)")
+        if spot and not checkpoints:
+            raise fail(
+                self,
+                "checkpoints",
+                checkpoints,
+                "True or None with spot=True: an interrupted spot job resumes from its checkpoints "
+                "(CheckpointConfig); turn spot off to run without checkpoints",
+            )
+        return checkpoints
 
     def _validate_image(self, image: TrainingImageLike, instance_type: str) -> None:
         where = path_of(self)
@@ -405,6 +434,8 @@ class TrainingPipeline(RoleConnectable, Construct):
     def _validate_channels_in_dataset(
         self, channels: Sequence[Channel], storage: PlatformStorage, dataset_prefix: str
     ) -> None:
+        """The dataset prefix, then every S3 channel under it."""
+        self._validate_dataset_prefix(dataset_prefix)
         if not channels:
             raise fail(self, "channels", list(channels), "at least one S3Channel or FsxChannel")
         root = f"s3://{storage.datasets_bucket.bucket_name}/{_as_prefix(dataset_prefix)}"
@@ -452,6 +483,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         max_runtime: Duration,
         spot: bool,
         max_wait: Duration | None,
+        checkpoints: bool,
         max_retry_attempts: int | None,
         inter_container_encryption: bool,
         network_isolation: bool,
@@ -469,7 +501,7 @@ class TrainingPipeline(RoleConnectable, Construct):
         subnet_ids = select_subnets(vpc, vpc_subnets).subnet_ids if vpc is not None else []
         output_prefix = f"output/{self.job_name_prefix}/"
         checkpoint_prefix = f"checkpoints/{self.job_name_prefix}/"
-        self.role = self._execution_role(role, vpc, output_prefix, checkpoint_prefix if spot else None)
+        self.role = self._execution_role(role, vpc, output_prefix, checkpoint_prefix if checkpoints else None)
         #: ``s3://bucket/prefix`` of everything the job role may read as input (user-named channels included).
         self.readable_inputs = grant_read_inputs(
             self, self.role, self.readable_options, self.dataset_prefix, storage=self.storage
@@ -492,7 +524,7 @@ class TrainingPipeline(RoleConnectable, Construct):
             max_runtime=as_timedelta(max_runtime),
             spot=spot,
             max_wait=as_timedelta(max_wait),
-            checkpoint_s3_uri=f"s3://{artifacts}/{checkpoint_prefix}" if spot else None,
+            checkpoint_s3_uri=f"s3://{artifacts}/{checkpoint_prefix}" if checkpoints else None,
             subnets=tuple(subnet_ids),
             security_group_ids=tuple(sg.security_group_id for sg in self.security_groups),
             inter_container_encryption=inter_container_encryption,

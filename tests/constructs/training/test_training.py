@@ -239,7 +239,10 @@ def test_prod_is_multi_host_fsx_on_demand_with_a_fallback_list(prod: dict) -> No
     assert parameters["EnableInterContainerTrafficEncryption"] is True
     assert parameters["EnableManagedSpotTraining"] is False  # InstancePreferences are exclusive with spot
     assert parameters["StoppingCondition"] == {"MaxRuntimeInSeconds": 48 * 3600}
-    assert "CheckpointConfig" not in parameters
+    # training.checkpoints: true: on demand, both tasks keep the job's checkpoints under its own prefix.
+    assert parameters["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    on_list = run(definition(prod), {}).task("TrainOnPreferences").parameters
+    assert on_list["CheckpointConfig"]["S3Uri"].endswith(f"/checkpoints/gpu-prod-train/{on_list['TrainingJobName']}/")
     listed = definition(prod)["States"]["TrainOnPreferences"]["Parameters"]["ResourceConfig"]
     assert listed["InstancePreferences"] == [
         {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
@@ -573,6 +576,53 @@ def test_construct_rules(parts: _Parts, overrides: dict[str, Any], message: str)
     assert str(info.value).startswith("T/P")  # names the construct path
 
 
+def _checkpointing(**overrides: Any) -> tuple[dict[str, Any], list[str]]:
+    """A pipeline on a fallback list (its own stack): the Train and TrainOnPreferences requests as sent, and the
+    S3 resources the job role may write."""
+    parts = _Parts()
+    parts.pipeline(instance_preferences=["ml.g5.2xlarge", "ml.g6.2xlarge"], **overrides)
+    template = assertions.Template.from_stack(parts.stack).to_json()
+    tasks = {
+        "Train": run(definition(template), {"instance_type": "ml.g5.2xlarge"}).task("Train").parameters,
+        "TrainOnPreferences": run(definition(template), {}).task("TrainOnPreferences").parameters,
+    }
+    statements = policy_statements(template, "ExecutionRole")
+    writes = [
+        json.dumps(r) for s in statements if "s3:PutObject" in as_list(s["Action"]) for r in as_list(s["Resource"])
+    ]
+    return tasks, writes
+
+
+def test_checkpoints_true_keeps_checkpoints_of_on_demand_jobs() -> None:
+    """``checkpoints=True`` without spot: both tasks (one type, the fallback list) sync /opt/ml/checkpoints with the
+    job's own prefix, and the job role reads and writes the checkpoints prefix."""
+    tasks, writes = _checkpointing(checkpoints=True)
+    for name, sent in tasks.items():
+        assert sent.get("EnableManagedSpotTraining") in (None, False), name
+        config = sent["CheckpointConfig"]
+        assert config["LocalPath"] == "/opt/ml/checkpoints", name
+        job = sent["TrainingJobName"]
+        assert config["S3Uri"] == f"s3://gpu-test-bucket/checkpoints/gpu-test-train/{job}/", name
+        assert service_model_problems("CreateTrainingJob", sent) == [], name
+    assert any(w.endswith('"/checkpoints/gpu-test-train/*"]]}') for w in writes), writes
+
+
+def test_checkpoints_default_to_spot() -> None:
+    """``checkpoints=None`` (the default) without spot: no CheckpointConfig and no checkpoint grant."""
+    tasks, writes = _checkpointing()
+    assert all("CheckpointConfig" not in sent for sent in tasks.values())
+    assert not any("checkpoints" in w for w in writes), writes
+
+
+def test_spot_refuses_checkpoints_false(parts: _Parts) -> None:
+    with pytest.raises(
+        ValidationError, match=r"checkpoints=False is not allowed; allowed: True or None with spot=True"
+    ):
+        parts.pipeline(spot=True, checkpoints=False)
+    with pytest.raises(ValidationError, match=r"checkpoints='yes' is not allowed; allowed: True, False or None"):
+        parts.pipeline(checkpoints="yes")
+
+
 def test_fsx_channel_needs_a_vpc(parts: _Parts) -> None:
     fsx = [FsxChannel("train", "fs-0123456789abcdef0", "/abcdefgh/ds/{data_version}/train")]
     with pytest.raises(ValidationError, match=r"vpc=None is not allowed; allowed: a VPC: FSx channel"):
@@ -664,6 +714,7 @@ def test_deprecated_alarm_keys_of_the_config_still_load() -> None:
     [
         ({"spot": False, "max_wait_hours": 48}, "max_wait_hours is set but spot is false"),
         ({"spot": True, "max_runtime_hours": 48, "max_wait_hours": 24}, "max_wait_hours: 24 is less than"),
+        ({"spot": True, "checkpoints": False}, "checkpoints: false with spot: true"),
         ({"input": "fsx", "input_mode": "FastFile"}, "input_mode must be File"),
         ({"instance_type": "ml.m5.xlarge"}, "has no NVIDIA GPU"),
         ({"hyperparameters": {"processes_per_host": "4"}}, "processes_per_host=4 needs 4 GPUs"),
