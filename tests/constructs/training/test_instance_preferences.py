@@ -91,6 +91,23 @@ def test_the_json_form_keeps_the_list() -> None:
     assert again.instance_preferences[1] == InstancePreference("ml.p4de.24xlarge", 2)
 
 
+def test_an_on_demand_job_on_the_list_keeps_its_checkpoints() -> None:
+    """What gpuctl sends from the published spec: a checkpoint prefix without spot still gives the job its
+    CheckpointConfig (the pipeline's ``checkpoints=True``), through the JSON form as well."""
+    spec = _spec(checkpoint_s3_uri="s3://gpu-dev-artifacts/checkpoints/gpu-dev-train/")
+    again = TrainingJobSpec.from_json(json.dumps(spec.to_dict()))
+    for request in (
+        again.to_request("gpu-dev-train-1"),
+        again.to_request("gpu-dev-train-1", instance_type="ml.p4de.24xlarge"),
+    ):
+        assert request["CheckpointConfig"] == {
+            "S3Uri": "s3://gpu-dev-artifacts/checkpoints/gpu-dev-train/gpu-dev-train-1/",
+            "LocalPath": "/opt/ml/checkpoints",
+        }
+        assert request.get("EnableManagedSpotTraining") in (None, False)
+        assert service_model_problems("CreateTrainingJob", request) == []
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
