@@ -1,7 +1,8 @@
 """gpuctl stop JOB: stop a training job.
 
 SageMaker sends SIGTERM to the training processes and SIGKILL 120 seconds later; the platform's training
-runtime writes a checkpoint on SIGTERM, so a later job with the same checkpoint prefix can resume.
+runtime writes a checkpoint on SIGTERM, which SageMaker copies to the job's own checkpoint location
+(``<checkpoint prefix><job name>/``) when the job has a CheckpointConfig; a later job does not read it by itself.
 """
 
 from __future__ import annotations
