@@ -596,6 +596,7 @@ class TrainingConfig(StrictModel):
             max_cost_ratio=self.fallback.max_cost_ratio,
             region=region,
             max_entries=MAX_PREFERENCES,
+            world_size_opt_out="set training.fallback.keep_world_size: false",
         )
 
     def readable(self) -> list[ReadableInput]:

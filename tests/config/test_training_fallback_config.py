@@ -84,6 +84,7 @@ def test_a_type_that_changes_the_world_size_is_refused_unless_allowed() -> None:
     assert "instance_preferences[1]='ml.g5.12xlarge' x 1 gives 4 GPUs but the first choice 'ml.g5.xlarge' gives 1" in (
         problem
     )
+    assert "or set training.fallback.keep_world_size: false if the job adapts its batch" in problem
     text = (
         (CONFIG_DIR / "dev.yaml").read_text().replace(DEV_LIST, "instance_preferences: [ml.g5.xlarge, ml.g5.12xlarge]")
     )

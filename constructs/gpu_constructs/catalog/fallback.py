@@ -79,14 +79,20 @@ def _check_shape(entries: list[FallbackChoice], where: str, param: str, max_entr
         if key in seen:
             raise ValidationError(
                 where,
-                f"{param}[{i}]={entry.instance_type!r} repeats {param}[{seen[key]}]; allowed: each instance type "
-                "once (give it one instance_count)",
+                f"{param}[{i}]={entry.instance_type!r} repeats {param}[{seen[key]}]; allowed: each instance type once",
             )
         seen[key] = i
 
 
 def _world_size_message(
-    param: str, i: int, it: InstanceType, usage: Usage, count: int, first_world: int, first: InstanceType
+    param: str,
+    i: int,
+    it: InstanceType,
+    usage: Usage,
+    count: int,
+    first_world: int,
+    first: InstanceType,
+    opt_out: str,
 ) -> str:
     gpus = it.nvidia_gpu_count
     keeps = f"instance_count={first_world // gpus}" if gpus and first_world % gpus == 0 else None
@@ -94,8 +100,8 @@ def _world_size_message(
     return (
         f"{param}[{i}]={it.name_for(usage)!r} x {count} gives {gpus * count} GPUs but the first choice "
         f"{first.name_for(usage)!r} gives {first_world}: the data-parallel world size, and so the global batch "
-        f"size, would change on fallback; allowed: {first_world} GPUs in total ({fix}), or pass "
-        "keep_world_size=False if the job adapts its batch to the world size"
+        f"size, would change on fallback; allowed: {first_world} GPUs in total ({fix}), or {opt_out} if the job "
+        "adapts its batch to the world size"
     )
 
 
@@ -145,12 +151,14 @@ def check_fallback_chain(
     max_cost_ratio: float | None = None,
     region: str = "us-east-1",
     max_entries: int | None = None,
+    world_size_opt_out: str = "pass keep_world_size=False",
 ) -> list[InstanceType]:
     """Check an ordered fallback chain against its first choice and return the catalog entries, in order.
 
     ``choices`` are names (``"ml.g5.2xlarge"``) or :class:`FallbackChoice` with a per-type host count
     (None: ``default_count``). Each refusal is a :class:`ValidationError` naming ``param``, the entry
-    (``param[i]``) and what is allowed; see the module docstring for the six checks.
+    (``param[i]``) and what is allowed; see the module docstring for the six checks. ``world_size_opt_out`` is how
+    the caller's user turns the world-size check off, as the world-size refusal says it (a config key, a prop).
     """
     entries = _normalize(choices, where, param)
     _check_shape(entries, where, param, max_entries)
@@ -176,7 +184,9 @@ def check_fallback_chain(
                 f"there may not fit here; allowed: types with at least {first.gpu_memory_mib} MiB per GPU",
             )
         if keep_world_size and it.nvidia_gpu_count * count != first_world:
-            raise ValidationError(where, _world_size_message(param, i, it, usage, count, first_world, first))
+            raise ValidationError(
+                where, _world_size_message(param, i, it, usage, count, first_world, first, world_size_opt_out)
+            )
     if max_cost_ratio is not None:
         if isinstance(max_cost_ratio, bool) or not isinstance(max_cost_ratio, int | float) or max_cost_ratio <= 0:
             raise ValidationError(where, f"max_cost_ratio={max_cost_ratio!r} is not allowed; allowed: a number > 0")
