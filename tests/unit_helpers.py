@@ -1,7 +1,9 @@
-"""Helpers shared by the unit tests: a small isolated stack, and per-environment template fixtures."""
+"""Helpers shared by the unit tests: a small isolated stack, per-environment template fixtures, and the problem a
+config file edited in memory reports."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -39,3 +41,19 @@ def env_template_fixtures(suffix: str, dev_name: str = "dev", prod_name: str = "
         return template
 
     return fixture("dev", dev_name), fixture("prod", prod_name)
+
+
+def edited_config_problem(env: str, **replacements: str) -> str:
+    """The problem text ``parse_config`` reports for ``config/<env>.yaml`` with ``replacements`` (old text -> new
+    text, each old text found exactly once): what a user sees below the file's "invalid configuration" line."""
+    from stacks.config import CONFIG_DIR, ConfigError, parse_config
+
+    text = (CONFIG_DIR / f"{env}.yaml").read_text()
+    for old, new in replacements.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, Path(f"config/{env}.yaml"))
+    head, problem = str(info.value).split("\n", 1)
+    assert head == f"config/{env}.yaml: invalid configuration"
+    return problem

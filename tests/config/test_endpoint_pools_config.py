@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from unit_helpers import edited_config_problem
 
-from stacks.config import CONFIG_DIR, ConfigError, load_config, parse_config
+from stacks.config import CONFIG_DIR, load_config, parse_config
 
 DEV_POOLS = "instance_pools: [ml.g5.xlarge, ml.g6.xlarge]"
 PROD_POOLS = "instance_pools: [ml.g5.2xlarge, ml.g6.2xlarge, ml.g6e.2xlarge]"
@@ -15,21 +16,8 @@ PROD_CUDA = 'cuda_version: "12.8"\n  max_image_count'
 PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/classifier-inference"
 
 
-def _error(env: str, **replacements: str) -> str:
-    """The problem text of ``config/<env>.yaml`` with ``replacements`` (old text -> new text)."""
-    text = (CONFIG_DIR / f"{env}.yaml").read_text()
-    for old, new in replacements.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    with pytest.raises(ConfigError) as info:
-        parse_config(text, Path(f"config/{env}.yaml"))
-    head, problem = str(info.value).split("\n", 1)
-    assert head == f"config/{env}.yaml: invalid configuration"
-    return problem
-
-
 def _dev_pools(items: str, extra: str = "") -> str:
-    return _error("dev", **{DEV_POOLS: f"instance_pools: [{items}]{extra}"})
+    return edited_config_problem("dev", **{DEV_POOLS: f"instance_pools: [{items}]{extra}"})
 
 
 def test_dev_and_prod_declare_a_checked_fallback_list() -> None:
@@ -87,7 +75,7 @@ def test_a_type_without_an_nvidia_gpu_is_refused() -> None:
 
 
 def test_a_type_the_images_cuda_cannot_drive_is_refused() -> None:
-    problem = _error(
+    problem = edited_config_problem(
         "prod",
         **{
             PROD_CUDA: 'cuda_version: "13.0"\n  max_image_count',
@@ -116,7 +104,7 @@ def test_a_type_with_another_gpu_count_is_refused() -> None:
 
 
 def test_a_type_above_the_cost_ceiling_is_refused() -> None:
-    problem = _error("prod", **{"max_cost_ratio: 2 ": "max_cost_ratio: 1.5 "})
+    problem = edited_config_problem("prod", **{"max_cost_ratio: 2 ": "max_cost_ratio: 1.5 "})
     assert problem.startswith(
         "  inference.endpoints.classifier.instance_pools[2]='ml.g6e.2xlarge' x 1 costs $2.80/hour, 1.85 x the first "
         "choice 'ml.g5.2xlarge' x 1 ($1.51/hour); allowed: at most max_cost_ratio=1.5 x"
@@ -170,9 +158,9 @@ def test_reservation_and_cost_ceiling_without_pools() -> None:
         (CONFIG_DIR / "dev.yaml").read_text().replace(DEV_POOLS, body), Path("config/dev.yaml")
     ).inference.endpoints["classifier"]
     assert endpoint.capacity_reservation_arn == PLAN and endpoint.instance_pools is None
-    assert "capacity_reservation_arn='arn:aws:sagemaker:us-east-1:123:x/y' is not allowed" in _error(
+    assert "capacity_reservation_arn='arn:aws:sagemaker:us-east-1:123:x/y' is not allowed" in edited_config_problem(
         "dev", **{DEV_POOLS: "capacity_reservation_arn: arn:aws:sagemaker:us-east-1:123:x/y"}
     )
-    assert "max_cost_ratio: 2 bounds instance_pools, which is not set; allowed: null" in _error(
+    assert "max_cost_ratio: 2 bounds instance_pools, which is not set; allowed: null" in edited_config_problem(
         "dev", **{DEV_POOLS: "max_cost_ratio: 2"}
     )

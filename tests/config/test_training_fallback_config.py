@@ -6,29 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from unit_helpers import edited_config_problem
 
-from stacks.config import CONFIG_DIR, ConfigError, load_config, parse_config
+from stacks.config import CONFIG_DIR, load_config, parse_config
 
 DEV_LIST = "instance_preferences: [ml.g5.xlarge, ml.g5.2xlarge, ml.g6.2xlarge]"
 PROD_P4DE = "- {instance_type: ml.p4de.24xlarge, instance_count: 2}"
 PROD_CUDA = 'cuda_version: "12.8"           # CUDA of the Dockerfile\'s base image'
 
 
-def _error(env: str, **replacements: str) -> str:
-    """The one-line problem of ``config/<env>.yaml`` with ``replacements`` (old text -> new text)."""
-    text = (CONFIG_DIR / f"{env}.yaml").read_text()
-    for old, new in replacements.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    with pytest.raises(ConfigError) as info:
-        parse_config(text, Path(f"config/{env}.yaml"))
-    head, problem = str(info.value).split("\n", 1)
-    assert head == f"config/{env}.yaml: invalid configuration"
-    return problem
-
-
 def _dev_list(items: str) -> str:
-    return _error("dev", **{DEV_LIST: f"instance_preferences: [{items}]"})
+    return edited_config_problem("dev", **{DEV_LIST: f"instance_preferences: [{items}]"})
 
 
 def test_dev_and_prod_declare_a_checked_fallback_list() -> None:
@@ -52,7 +40,7 @@ def test_prod_keeps_checkpoints_on_demand_and_dev_follows_spot() -> None:
     dev, prod = load_config("dev").training, load_config("prod").training
     assert prod.checkpoints is True and prod.pipeline_props()["checkpoints"] is True
     assert dev.checkpoints is None and dev.pipeline_props()["checkpoints"] is None
-    problem = _error("prod", **{"checkpoints: true": "checkpoints: maybe"})
+    problem = edited_config_problem("prod", **{"checkpoints: true": "checkpoints: maybe"})
     assert problem.startswith("  training.checkpoints: ") and "'maybe'" in problem
 
 
@@ -63,7 +51,7 @@ def test_a_type_without_an_nvidia_gpu_is_refused() -> None:
 
 
 def test_a_type_the_images_cuda_cannot_drive_is_refused() -> None:
-    problem = _error(
+    problem = edited_config_problem(
         "prod",
         **{PROD_CUDA: 'cuda_version: "11.7"', PROD_P4DE: "- {instance_type: ml.p5.48xlarge, instance_count: 2}"},
     )
@@ -99,7 +87,7 @@ def test_a_type_above_the_cost_ceiling_is_refused() -> None:
 
 
 def test_a_list_with_spot_is_refused_with_the_reason_and_the_choice() -> None:
-    problem = _error("dev", **{"  spot: false\n": "  spot: true\n"})
+    problem = edited_config_problem("dev", **{"  spot: false\n": "  spot: true\n"})
     assert problem.startswith("  training: instance_preferences and spot are exclusive: ")
     assert "'mutually exclusive with InstanceType, InstanceGroups, InstancePlacementConfig, and Enable" in problem
     assert "allowed: pick one: a fallback list on on-demand capacity" in problem
@@ -154,7 +142,7 @@ def test_a_repeated_type_is_refused() -> None:
     ],
 )
 def test_sagemakers_other_rules_for_the_list(items: str, extra: str, message: str) -> None:
-    problem = _error("dev", **{DEV_LIST: f"instance_preferences: [{items}]{extra}"})
+    problem = edited_config_problem("dev", **{DEV_LIST: f"instance_preferences: [{items}]{extra}"})
     assert message in problem
 
 
@@ -168,7 +156,7 @@ def test_the_prepare_step_takes_a_processing_fallback_list() -> None:
         "ml.m5.4xlarge",
         "ml.c5.4xlarge",
     )
-    problem = _error(
+    problem = edited_config_problem(
         "dev", **{PREPARE_TYPE: PREPARE_TYPE + "    instance_preferences: [ml.m5.4xlarge, ml.g5.4xlarge]\n"}
     )
     assert problem.startswith("  training.prepare: instance_preferences ['ml.g5.4xlarge'] have local NVMe storage")
